@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from npuops.cli.main import load_context_settings
+from npuops.errors import ExitCode
+
+
+def _ids(value: str | None) -> list[str] | None:
+    if not value:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@click.command()
+@click.option("--level", type=click.IntRange(1, 3), default=2, show_default=True,
+              help="1: seconds, safe anywhere; 2: standard; 3: heavy (precision, stress).")
+@click.option("--only", help="Run only these check ids (comma-separated), whatever their level.")
+@click.option("--skip", help="Skip these check ids (comma-separated).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--prometheus", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a node_exporter textfile here (atomically).")
+@click.option("--explain", "explain_id", metavar="ID", help="Print what a check checks, why, and how to fix it.")
+@click.option("--list", "list_checks", is_flag=True, help="List the checks and exit.")
+@click.option("--expect-chips", type=click.IntRange(1, 1024), help="Fail unless the node shows this many chips.")
+@click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check this service environment file (systemd EnvironmentFile) instead of the current one.")
+@click.option("--model-dir", type=click.Path(path_type=Path), help="Check free disk and memory for this model.")
+@click.option("--devices", help="Chips a launch will use, e.g. 0-3 (default: all).")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=None,
+              help="Fraction of device memory the launch reserves [default: 0.9].")
+@click.option("--eager", is_flag=True, help="The service runs without graph mode (--enforce-eager).")
+@click.option("--npu-smi", "npu_smi", default=None, help="The npu-smi command to run [default: npu-smi].")
+@click.pass_context
+def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, as_json: bool,
+           prometheus: Path | None, explain_id: str | None, list_checks: bool, expect_chips: int | None,
+           env_file: Path | None, model_dir: Path | None, devices: str | None,
+           gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None) -> None:
+    """Health checks of this node, each with a verdict and the fix.
+
+    Exit 0 when nothing failed (warnings allowed), 1 when a check failed.
+    """
+    from npuops.doctor.context import CheckContext, DoctorOptions
+    from npuops.doctor.registry import discover_checks, select_checks
+    from npuops.hardware.probe import Probe
+    from npuops.ranges import parse_device_ranges
+
+    if explain_id:
+        from npuops.doctor.explain import explain_page
+
+        click.echo(explain_page(explain_id).rstrip("\n"))
+        return
+    checks = discover_checks()
+    if list_checks:
+        if as_json:
+            click.echo(json.dumps([{"id": c.id, "title": c.title(), "area": c.area, "level": c.level,
+                                    "severity": c.severity.value, "requires": list(c.requires)} for c in checks],
+                                  indent=2))
+        else:
+            for c in checks:
+                req = f"  [needs {', '.join(c.requires)}]" if c.requires else ""
+                click.echo(f"{c.id:<28} L{c.level} {c.severity.value:<8} {c.area:<12} {c.title()}{req}")
+        return
+
+    settings = load_context_settings(ctx, npu_smi=npu_smi)
+    options = DoctorOptions(
+        expect_chips=expect_chips,
+        env_file=env_file,
+        model_dir=model_dir,
+        devices=parse_device_ranges(devices) if devices else None,
+        gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
+        graph_mode=not eager,
+    )
+    selected = select_checks(checks, level, _ids(only), _ids(skip))
+    check_ctx = CheckContext(Probe(settings), options)
+
+    from npuops.doctor.report import render_prometheus, render_report_text, write_prometheus
+    from npuops.doctor.runner import run_checks
+
+    progress = None
+    if not as_json and sys.stderr.isatty():
+        def progress(outcome: object) -> None:
+            click.echo(".", nl=False, err=True)
+
+    report = run_checks(selected, check_ctx, on_done=progress)
+    if progress is not None:
+        click.echo("", err=True)
+    if prometheus is not None:
+        write_prometheus(prometheus, render_prometheus(report, check_ctx.node))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(render_report_text(report))
+    ctx.exit(int(ExitCode.OK if report.ok else ExitCode.CHECKS_FAILED))

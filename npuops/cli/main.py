@@ -1,0 +1,133 @@
+"""Entry point: a lazy click group, so `npuops --help` never imports what a command needs.
+
+Subcommands live in modules named in COMMANDS and are imported only when run (as in vLLM's CLI
+and pip's command table). Expected errors (NpuopsError) become one line and their exit code;
+anything else is a bug and prints a traceback saying so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from npuops import __version__
+from npuops.errors import ExitCode, NpuopsError
+
+# name -> (module:attribute, one-line help shown by --help without importing the module)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "node": ("npuops.cli.node_cmd:node", "Show this node: NPUs, driver, CANN, Python stack, host."),
+    "doctor": ("npuops.cli.doctor_cmd:doctor", "Health and precision checks with verdicts and fixes."),
+    "plan": ("npuops.cli.later_cmds:plan", "Work out a tuned vLLM configuration for a model."),
+    "launch": ("npuops.cli.later_cmds:launch", "Run vLLM as a supervised, health-gated service."),
+    "status": ("npuops.cli.later_cmds:status", "State, health and live figures of launched services."),
+    "stop": ("npuops.cli.later_cmds:stop", "Stop a launched service."),
+    "logs": ("npuops.cli.later_cmds:logs", "Show a launched service's logs."),
+    "provision": ("npuops.cli.later_cmds:provision", "Install driver, CANN and the Python stack with Ansible."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attribute = target[0].partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text comes from the table, so listing commands imports none of them.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, short) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="NPUOPS_CONFIG", help="Config file (TOML), read after /etc/npuops and ~/.config/npuops.")
+@click.option("--ascend-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the Ascend driver and CANN are installed [default: /usr/local/Ascend].")
+@click.version_option(__version__, prog_name="npuops")
+@click.pass_context
+def cli(ctx: click.Context, config_file: Path | None, ascend_root: Path | None) -> None:
+    """npuops: from bare Ascend NPU servers to healthy vLLM endpoints.
+
+    \b
+    Exit codes: 0 ok, 1 checks failed, 2 usage, 3 bad input or config,
+    4 something the command needs is missing here, 130 interrupted.
+    """
+    ctx.obj = {"config_file": config_file, "flags": {"ascend_root": ascend_root}}
+
+
+def load_context_settings(ctx: click.Context, **flags: Any) -> Any:
+    """Settings for a command: defaults < config files < NPUOPS_* < global and command flags."""
+    from npuops.settings import load_settings
+
+    root_ctx = ctx.find_root()
+    obj = root_ctx.obj or {}
+    merged = dict(obj.get("flags", {}))
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    home = os.environ.get("HOME")
+    return load_settings(
+        dict(os.environ),
+        config_file=obj.get("config_file"),
+        flags=merged,
+        home=Path(home) if home else None,
+    )
+
+
+def _wants_json(args: list[str]) -> bool:
+    return "--json" in args
+
+
+def main(args: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if args is None else args)
+    try:
+        rv = cli.main(args=argv, prog_name="npuops", standalone_mode=False)
+    except NpuopsError as exc:
+        if _wants_json(argv):
+            import json
+
+            click.echo(json.dumps({"ok": False, "error": {"problem": exc.problem, "fix": exc.fix,
+                                                          "exit_code": int(exc.exit_code)}}))
+        click.echo(f"npuops: error: {exc.one_line()}", err=True)
+        sys.exit(int(exc.exit_code))
+    except click.exceptions.NoSuchOption as exc:
+        hint = f" (did you mean {', '.join(exc.possibilities)}?)" if exc.possibilities else ""
+        cmd = exc.ctx.command_path if exc.ctx else "npuops"
+        click.echo(f"npuops: usage error: {exc.format_message()}{hint}; see `{cmd} --help`", err=True)
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.UsageError as exc:
+        cmd = exc.ctx.command_path if exc.ctx else "npuops"
+        click.echo(f"npuops: usage error: {' '.join(exc.format_message().split())}; see `{cmd} --help`", err=True)
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("npuops: interrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except click.exceptions.ClickException as exc:
+        click.echo(f"npuops: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # `npuops node | head`: the reader went away; not an error worth a traceback.
+        sys.stderr.close()
+        sys.exit(int(ExitCode.OK))
+    except Exception:  # noqa: BLE001 - the one place that turns bugs into a report
+        traceback.print_exc()
+        click.echo(
+            "npuops: internal error: this is a bug in npuops, not in your input; "
+            "please report it with the traceback above",
+            err=True,
+        )
+        sys.exit(int(ExitCode.INTERNAL_ERROR))
+    sys.exit(int(rv) if isinstance(rv, int) else int(ExitCode.OK))

@@ -1,0 +1,17 @@
+"""Small pieces several check families share."""
+
+from __future__ import annotations
+
+from npuops.doctor.context import CheckContext
+from npuops.doctor.model import Result
+
+NO_NPU_FIX = "fix the failing driver checks first (`npuops doctor --only npu-smi-runs,driver-installed`)"
+
+
+def skip_without_npus(ctx: CheckContext) -> Result | None:
+    """A skip result when the node shows no NPU (the driver checks say why), else None."""
+    node = ctx.node
+    if node.has_npus:
+        return None
+    reasons = "; ".join(node.no_npu_reasons()) or "npu-smi listed no chips"
+    return Result.skip(f"no NPU visible on this node ({reasons})", NO_NPU_FIX)

@@ -1,0 +1,49 @@
+"""Finding the checks: every Check subclass in the modules of npuops.checks (the top-level checks/ folder)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import npuops.checks
+from npuops.doctor.model import Check
+from npuops.errors import BadInputError
+
+
+def discover_checks() -> list[type[Check]]:
+    """All checks, in module order then definition order; ids are unique and validated."""
+    found: list[type[Check]] = []
+    seen: dict[str, str] = {}
+    for info in sorted(pkgutil.iter_modules(npuops.checks.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"npuops.checks.{info.name}")
+        members = [m for _, m in inspect.getmembers(module, inspect.isclass)
+                   if issubclass(m, Check) and m is not Check and m.__module__ == module.__name__
+                   and not inspect.isabstract(m)]
+        members.sort(key=lambda m: inspect.getsourcelines(m)[1])
+        for cls in members:
+            cls.validate()
+            if cls.id in seen:
+                raise ValueError(f"check id {cls.id!r} defined in both {seen[cls.id]} and {module.__name__}")
+            seen[cls.id] = module.__name__
+            found.append(cls)
+    return found
+
+
+def select_checks(
+    checks: list[type[Check]], level: int, only: list[str] | None, skip: list[str] | None
+) -> list[type[Check]]:
+    known = {c.id for c in checks}
+    for wanted in (only or []) + (skip or []):
+        if wanted not in known:
+            close = sorted(k for k in known if wanted.split("-")[0] in k)[:5]
+            hint = f" (e.g. {', '.join(close)})" if close else ""
+            raise BadInputError(f"no check with id {wanted!r}", f"use an id from `npuops doctor --list`{hint}")
+    if only:
+        # --only names checks explicitly: run them whatever their level.
+        selected = [c for c in checks if c.id in only]
+    else:
+        selected = [c for c in checks if c.level <= level]
+    return [c for c in selected if c.id not in (skip or [])]

@@ -1,0 +1,200 @@
+"""Host facts (CPU, NUMA, cpuset, memory, /dev/shm, OS, device nodes, PCI): pure parsers plus one reader."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from npuops.hardware.chips import HUAWEI_PCI_VENDOR_ID, chip_catalog
+from npuops.hardware.parsing import ParseError
+from npuops.hardware.probe import Probe
+
+# The device nodes a serving process needs besides one /dev/davinciN per chip (ascend-facts §1).
+CONTROL_DEVICE_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """Parse the kernel's cpulist format ("0-3,8,10-11") into sorted CPU numbers."""
+    cpus: set[int] = set()
+    stripped = text.strip()
+    if not stripped:
+        return ()
+    for part in stripped.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::(\d+)/\d+)?", part)
+        if not m:
+            raise ParseError("cpu list", f"{part!r} is not N or N-M", 1, text)
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) else first
+        if last < first or last - first > 65536:
+            raise ParseError("cpu list", f"range {part!r} is reversed or absurd", 1, text)
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes per key."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\S+):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if m:
+            unit = 1024 if line.rstrip().endswith("kB") else 1
+            values[m.group(1)] = int(m.group(2)) * unit
+    return values
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Z0-9_]+)=(.*)$", line.strip())
+        if m:
+            values[m.group(1)] = m.group(2).strip().strip('"').strip("'")
+    return values
+
+
+def parse_cpu_model(cpuinfo: str) -> str | None:
+    """The CPU model from /proc/cpuinfo: "model name" on x86, "CPU implementer/part" on ARM (Kunpeng)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model Name", "Hardware") and value.strip():
+            return value.strip()
+    implementer = part = None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "CPU implementer":
+            implementer = value.strip()
+        elif key.strip() == "CPU part":
+            part = value.strip()
+    if implementer and part:
+        # 0x48 is HiSilicon; part 0xd01 is the Kunpeng 920 in Atlas servers.
+        if implementer.lower() == "0x48" and part.lower() == "0xd01":
+            return "HiSilicon Kunpeng-920"
+        return f"ARM implementer {implementer} part {part}"
+    return None
+
+
+def parse_status_cpus_allowed(status: str) -> tuple[int, ...] | None:
+    for line in status.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpu_list(line.split(":", 1)[1])
+    return None
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    node_id: int
+    cpus: tuple[int, ...]
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: str
+    vendor_id: str
+    device_id: str
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str | None
+    cpu_model: str | None
+    cpu_count: int
+    numa_nodes: tuple[NumaNode, ...]
+    allowed_cpus: tuple[int, ...]
+    memory_total_bytes: int | None
+    memory_available_bytes: int | None
+    shm_total_bytes: int | None
+    shm_free_bytes: int | None
+    os_name: str | None
+    os_version: str | None
+    kernel: str | None
+    arch: str
+    device_nodes: tuple[str, ...]  # names under /dev: davinciN and the control nodes present
+    npu_pci_devices: tuple[PciDevice, ...]  # Huawei (0x19e5) PCI functions
+
+    @property
+    def davinci_chips(self) -> tuple[int, ...]:
+        ids = [int(n[len("davinci") :]) for n in self.device_nodes if re.fullmatch(r"davinci\d+", n)]
+        return tuple(sorted(ids))
+
+    @property
+    def missing_control_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n in CONTROL_DEVICE_NODES if n not in self.device_nodes)
+
+
+def _read_cpu_list(probe: Probe, path: str) -> tuple[int, ...] | None:
+    text = probe.read_text(path)
+    if text is None:
+        return None
+    try:
+        return parse_cpu_list(text)
+    except ParseError:
+        return None
+
+
+def _statvfs(probe: Probe, path: str) -> tuple[int | None, int | None]:
+    try:
+        st = os.statvfs(probe.settings.host_path(path))
+    except OSError:
+        return None, None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def read_host_facts(probe: Probe) -> HostFacts:
+    cpuinfo = probe.read_text("/proc/cpuinfo") or ""
+    online = _read_cpu_list(probe, "/sys/devices/system/cpu/online")
+    cpu_count = len(online) if online else sum(1 for ln in cpuinfo.splitlines() if ln.startswith("processor"))
+
+    numa: list[NumaNode] = []
+    for name in probe.glob("/sys/devices/system/node", "node[0-9]*"):
+        node_id = int(name[4:])
+        cpus = _read_cpu_list(probe, f"/sys/devices/system/node/{name}/cpulist") or ()
+        node_meminfo = probe.read_text(f"/sys/devices/system/node/{name}/meminfo") or ""
+        m = re.search(r"MemTotal:\s+(\d+)\s*kB", node_meminfo)
+        numa.append(NumaNode(node_id, cpus, int(m.group(1)) * 1024 if m else None))
+    numa.sort(key=lambda n: n.node_id)
+
+    status = probe.read_text("/proc/self/status") or ""
+    try:
+        allowed = parse_status_cpus_allowed(status)
+    except ParseError:
+        allowed = None
+    meminfo = parse_meminfo(probe.read_text("/proc/meminfo") or "")
+    shm_total, shm_free = _statvfs(probe, "/dev/shm")
+    os_release = parse_os_release(probe.read_text("/etc/os-release") or "")
+    kernel = (probe.read_text("/proc/sys/kernel/osrelease") or "").strip() or None
+    hostname = (probe.read_text("/proc/sys/kernel/hostname") or "").strip() or None
+
+    device_nodes = tuple(
+        probe.glob("/dev", "davinci[0-9]*") + [n for n in CONTROL_DEVICE_NODES if probe.exists(f"/dev/{n}")]
+    )
+    # Huawei also makes NICs (vendor 0x19e5 too): keep only the device ids of NPUs in the chip catalog.
+    npu_device_ids = {spec.pci_device_id.lower() for spec in chip_catalog().values()}
+    pci: list[PciDevice] = []
+    for address in probe.glob("/sys/bus/pci/devices", "*"):
+        vendor = (probe.read_text(f"/sys/bus/pci/devices/{address}/vendor") or "").strip().lower()
+        if vendor != HUAWEI_PCI_VENDOR_ID:
+            continue
+        device = (probe.read_text(f"/sys/bus/pci/devices/{address}/device") or "").strip().lower()
+        if device not in npu_device_ids:
+            continue
+        pci.append(PciDevice(address, vendor, device))
+
+    return HostFacts(
+        hostname=hostname,
+        cpu_model=parse_cpu_model(cpuinfo),
+        cpu_count=cpu_count,
+        numa_nodes=tuple(numa),
+        allowed_cpus=allowed or (online or ()),
+        memory_total_bytes=meminfo.get("MemTotal"),
+        memory_available_bytes=meminfo.get("MemAvailable"),
+        shm_total_bytes=shm_total,
+        shm_free_bytes=shm_free,
+        os_name=os_release.get("ID"),
+        os_version=os_release.get("VERSION_ID"),
+        kernel=kernel,
+        arch=probe.machine(),
+        device_nodes=device_nodes,
+        npu_pci_devices=tuple(pci),
+    )

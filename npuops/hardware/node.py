@@ -1,0 +1,361 @@
+"""The node model: one picture of an Ascend node that doctor, plan, launch and provision all consume.
+
+Built from the vendor tool outputs and files through a Probe, without importing torch or vllm.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from npuops.hardware.chips import ChipSpec, chip_by_name
+from npuops.hardware.host import HostFacts, read_host_facts
+from npuops.hardware.npu_smi import NpuSmiChip, NpuSmiFailed, NpuSmiProcess, parse_npu_smi_info
+from npuops.hardware.parsing import ParseError
+from npuops.hardware.probe import CommandResult, Probe
+from npuops.hardware.python_stack import PythonStack, read_python_stack
+from npuops.hardware.versions import (
+    DriverVersionInfo,
+    FirmwareVersionInfo,
+    ToolkitInstallInfo,
+    parse_ascend_install_info,
+    parse_driver_version_info,
+    parse_firmware_version_info,
+    parse_nnal_version_info,
+    parse_toolkit_install_info,
+    parse_version_cfg,
+)
+
+INSTALL_INFO = "/etc/ascend_install.info"
+DRIVER_REMEDIATION = (
+    "install the Ascend NPU driver and firmware (`npuops provision --tags driver`), "
+    "or in a container mount /dev/davinci*, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc, "
+    "/usr/local/sbin/npu-smi and /usr/local/Ascend/driver"
+)
+
+
+@dataclass(frozen=True)
+class NpuSmiStatus:
+    """What running `npu-smi info` gave: versions, or a typed error."""
+
+    ran: bool
+    tool_version: str | None = None
+    driver_version: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    remediation: str | None = None
+    elided: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        error = None
+        if self.error_code is not None:
+            error = {"code": self.error_code, "message": self.error_message or "",
+                     "remediation": self.remediation or ""}
+        return {"version": self.tool_version, "driver_version": self.driver_version, "error": error}
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One NPU chip (die) as npu-smi shows it, with its catalog facts when the name is known."""
+
+    smi: NpuSmiChip
+    spec: ChipSpec | None
+
+    @property
+    def device_id(self) -> int:
+        """The id ASCEND_RT_VISIBLE_DEVICES and /dev/davinciN use: the Phy-ID/Device column where shown
+        (A3 dies, 310P Duo chips), else the NPU id (one chip per NPU on A2)."""
+        return self.smi.logical_id if self.smi.logical_id is not None else self.smi.npu_id
+
+    @property
+    def family(self) -> str | None:
+        return self.spec.family if self.spec else None
+
+    @property
+    def device_memory_total_mb(self) -> int | None:
+        """HBM where the table has it, else the device memory column (310P has only that)."""
+        return self.smi.hbm_total_mb if self.smi.hbm_total_mb is not None else self.smi.memory_total_mb
+
+    @property
+    def device_memory_used_mb(self) -> int | None:
+        return self.smi.hbm_used_mb if self.smi.hbm_total_mb is not None else self.smi.memory_used_mb
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.smi
+        return {
+            "npu_id": s.npu_id,
+            "chip_id": s.chip_id,
+            "logical_id": s.logical_id,
+            "name": s.name,
+            "family": self.family,
+            "health": s.health,
+            "bus_id": s.bus_id,
+            "power_w": s.power_w,
+            "temperature_c": s.temperature_c,
+            "aicore_percent": s.aicore_percent,
+            "memory_used_mb": s.memory_used_mb,
+            "memory_total_mb": s.memory_total_mb,
+            "hbm_used_mb": s.hbm_used_mb,
+            "hbm_total_mb": s.hbm_total_mb,
+            "hugepages_used": s.hugepages_used,
+            "hugepages_total": s.hugepages_total,
+        }
+
+
+@dataclass(frozen=True)
+class InstalledComponent:
+    """An Ascend software component found on disk (or not), with where the answer came from."""
+
+    installed: bool
+    version: str | None = None
+    path: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"installed": self.installed, "version": self.version, "path": self.path, **self.details}
+
+
+@dataclass(frozen=True)
+class CannInstall:
+    toolkit: InstalledComponent
+    layout: str | None  # "ascend-toolkit" (<= 8.3) or "cann" (>= 8.5)
+    kernels: InstalledComponent
+    nnal: InstalledComponent
+    toolbox: InstalledComponent
+    set_env_scripts: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "installed": self.toolkit.installed,
+            "version": self.toolkit.version,
+            "layout": self.layout,
+            "toolkit": self.toolkit.to_json(),
+            "kernels": self.kernels.to_json(),
+            "nnal": self.nnal.to_json(),
+            "toolbox": self.toolbox.to_json(),
+            "set_env_scripts": list(self.set_env_scripts),
+        }
+
+
+@dataclass(frozen=True)
+class Node:
+    npu_smi: NpuSmiStatus
+    chips: tuple[Chip, ...]
+    processes: tuple[NpuSmiProcess, ...]
+    driver: InstalledComponent
+    firmware: InstalledComponent
+    driver_install_path: str | None
+    cann: CannInstall
+    python_stack: PythonStack
+    host: HostFacts
+
+    @property
+    def has_npus(self) -> bool:
+        return bool(self.chips)
+
+    def no_npu_reasons(self) -> list[str]:
+        """Why this node shows no usable NPU, in the order an operator would look."""
+        reasons: list[str] = []
+        if self.npu_smi.error_code == "npu-smi-missing":
+            reasons.append("no `npu-smi` on PATH")
+        elif self.npu_smi.error_code is not None:
+            reasons.append(f"`npu-smi info` failed: {self.npu_smi.error_message}")
+        if not self.driver.installed:
+            reasons.append(f"no driver version.info under {self.driver.path}")
+        if not self.host.davinci_chips:
+            reasons.append("no /dev/davinci* device nodes")
+        if not self.host.npu_pci_devices:
+            reasons.append("no Ascend NPU on the PCI bus")
+        if self.npu_smi.ran and self.npu_smi.error_code is None and not self.chips:
+            reasons.append("`npu-smi info` listed no chips")
+        return reasons
+
+    def chip_names(self) -> list[str]:
+        return sorted({c.smi.name for c in self.chips})
+
+    def to_json(self) -> dict[str, Any]:
+        stack = self.python_stack
+        return {
+            "npu_smi": self.npu_smi.to_json(),
+            "npu": {"found": self.has_npus, "reasons": [] if self.has_npus else self.no_npu_reasons()},
+            "chips": [c.to_json() for c in self.chips],
+            "processes": [
+                {"npu_id": p.npu_id, "chip_id": p.chip_id, "pid": p.pid, "name": p.name, "memory_mb": p.memory_mb}
+                for p in self.processes
+            ],
+            "driver": {**self.driver.to_json(), "install_path": self.driver_install_path},
+            "firmware": self.firmware.to_json(),
+            "cann": self.cann.to_json(),
+            "python_stack": {
+                "python": stack.python,
+                "executable": stack.executable,
+                "packages": dict(stack.versions),
+                "distributions": dict(stack.distributions),
+                "error": stack.error,
+            },
+            "host": _host_json(self.host),
+        }
+
+
+def _host_json(host: HostFacts) -> dict[str, Any]:
+    data = dataclasses.asdict(host)
+    data["numa_nodes"] = [
+        {"node_id": n.node_id, "cpus": list(n.cpus), "memory_bytes": n.memory_bytes} for n in host.numa_nodes
+    ]
+    data["allowed_cpus"] = list(host.allowed_cpus)
+    data["allowed_cpu_count"] = len(host.allowed_cpus)
+    data["device_nodes"] = list(host.device_nodes)
+    data["davinci_chips"] = list(host.davinci_chips)
+    data["npu_pci_devices"] = [dataclasses.asdict(d) for d in host.npu_pci_devices]
+    return data
+
+
+# --- reading the pieces -------------------------------------------------------------------------
+
+
+def interpret_npu_smi(result: CommandResult) -> tuple[NpuSmiStatus, tuple[Chip, ...], tuple[NpuSmiProcess, ...]]:
+    """Turn the result of `npu-smi info` into a status, chips and processes. Pure."""
+    if result.missing:
+        return (
+            NpuSmiStatus(False, error_code="npu-smi-missing", error_message="npu-smi not found on PATH",
+                         remediation=DRIVER_REMEDIATION),
+            (), (),
+        )
+    if result.error is not None:
+        return (
+            NpuSmiStatus(False, error_code="npu-smi-not-run", error_message=result.describe(),
+                         remediation="check that npu-smi is executable and the driver responds "
+                                     "(`dmesg | grep -i davinci`)"),
+            (), (),
+        )
+    try:
+        info = parse_npu_smi_info(result.output)
+    except NpuSmiFailed as failed:
+        f = failed.failure
+        return NpuSmiStatus(True, error_code=f.code, error_message=f"{f.message}: {f.meaning}",
+                            remediation=f.remediation), (), ()
+    except ParseError as exc:
+        if result.returncode != 0:
+            message = f"`npu-smi info` exited {result.returncode}: {' '.join(result.output.split())[:200]}"
+        else:
+            message = str(exc)
+        return (
+            NpuSmiStatus(True, error_code="npu-smi-unparseable", error_message=message,
+                         remediation="run `npu-smi info` by hand; if it prints a table, report its output to npuops"),
+            (), (),
+        )
+    chips = tuple(Chip(c, chip_by_name(c.name)) for c in info.chips)
+    status = NpuSmiStatus(True, tool_version=info.tool_version, driver_version=info.driver_version, elided=info.elided)
+    return status, chips, info.processes
+
+
+def _read_component(probe: Probe, path: str, parse: Any) -> tuple[Any | None, str | None]:
+    text = probe.read_text(path)
+    if text is None:
+        return None, None
+    try:
+        return parse(text), None
+    except ParseError as exc:
+        return None, str(exc)
+
+
+def read_driver(probe: Probe) -> tuple[InstalledComponent, InstalledComponent, str | None]:
+    install_path: str | None = None
+    info, _ = _read_component(probe, INSTALL_INFO, parse_ascend_install_info)
+    if info is not None:
+        install_path = info.driver_install_path
+    base = install_path or str(probe.settings.ascend_root)
+    driver_file = f"{base.rstrip('/')}/driver/version.info"
+    firmware_file = f"{base.rstrip('/')}/firmware/version.info"
+    driver_info: DriverVersionInfo | None
+    driver_info, driver_error = _read_component(probe, driver_file, parse_driver_version_info)
+    fw_info: FirmwareVersionInfo | None
+    fw_info, fw_error = _read_component(probe, firmware_file, parse_firmware_version_info)
+    driver = InstalledComponent(
+        installed=driver_info is not None,
+        version=driver_info.version if driver_info else None,
+        path=driver_file,
+        details={
+            "package_version": driver_info.package_version if driver_info else None,
+            "compatible_firmware": list(driver_info.compatible_firmware)
+            if driver_info and driver_info.compatible_firmware else None,
+            "error": driver_error,
+        },
+    )
+    firmware = InstalledComponent(
+        installed=fw_info is not None,
+        version=fw_info.version if fw_info else None,
+        path=firmware_file,
+        details={"package_version": fw_info.package_version if fw_info else None, "error": fw_error},
+    )
+    return driver, firmware, install_path
+
+
+def _arch_dir(probe: Probe) -> str:
+    machine = probe.machine()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine) + "-linux"
+
+
+def read_cann(probe: Probe) -> CannInstall:
+    root = str(probe.settings.ascend_root).rstrip("/")
+    arch_dir = _arch_dir(probe)
+    candidates = [
+        ("cann", f"{root}/cann/{arch_dir}/ascend_toolkit_install.info"),
+        ("ascend-toolkit", f"{root}/ascend-toolkit/latest/{arch_dir}/ascend_toolkit_install.info"),
+    ]
+    toolkit = InstalledComponent(False, path=candidates[1][1])
+    layout: str | None = None
+    for name, path in candidates:
+        info: ToolkitInstallInfo | None
+        info, error = _read_component(probe, path, parse_toolkit_install_info)
+        if info is not None or error is not None:
+            layout = name
+            toolkit = InstalledComponent(
+                installed=info is not None,
+                version=info.version if info else None,
+                path=path,
+                details={"inner_version": info.inner_version if info else None, "error": error},
+            )
+            break
+
+    # Kernels/ops: <= 8.3 records the opp_kernel component in version.cfg; >= 8.5 ships an ops info file.
+    kernels = InstalledComponent(False)
+    if layout == "cann":
+        ops_path = f"{root}/cann/{arch_dir}/ascend_ops_install.info"
+        ops, error = _read_component(probe, ops_path, parse_toolkit_install_info)
+        kernels = InstalledComponent(ops is not None, ops.version if ops else None, ops_path,
+                                     {"package_name": ops.package_name if ops else None, "error": error})
+    else:
+        cfg_path = f"{root}/ascend-toolkit/latest/version.cfg"
+        cfg, error = _read_component(probe, cfg_path, parse_version_cfg)
+        version = cfg.installed.get("opp_kernel") if cfg else None
+        kernels = InstalledComponent(version is not None, version, cfg_path, {"error": error})
+
+    nnal_path = f"{root}/nnal/atb/latest/version.info"
+    nnal_info, nnal_error = _read_component(probe, nnal_path, parse_nnal_version_info)
+    nnal = InstalledComponent(nnal_info is not None, nnal_info.version if nnal_info else None, nnal_path,
+                              {"build": nnal_info.build_version if nnal_info else None, "error": nnal_error})
+
+    toolbox_env = f"{root}/toolbox/set_env.sh"
+    toolbox = InstalledComponent(probe.exists(toolbox_env), None, toolbox_env)
+
+    scripts = [f"{root}/{layout or 'ascend-toolkit'}/set_env.sh", f"{root}/nnal/atb/set_env.sh", toolbox_env]
+    present = tuple(s for s in scripts if probe.exists(s))
+    return CannInstall(toolkit, layout, kernels, nnal, toolbox, present)
+
+
+def discover_node(probe: Probe) -> Node:
+    """Read everything about this node; the slow parts (npu-smi, the stack lookup) run concurrently."""
+    settings = probe.settings
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        smi_future = pool.submit(probe.run, settings.npu_smi, "info")
+        stack_future = pool.submit(read_python_stack, probe)
+        host_future = pool.submit(read_host_facts, probe)
+        driver, firmware, install_path = read_driver(probe)
+        cann = read_cann(probe)
+        status, chips, processes = interpret_npu_smi(smi_future.result())
+        stack = stack_future.result()
+        host = host_future.result()
+    return Node(status, chips, processes, driver, firmware, install_path, cann, stack, host)

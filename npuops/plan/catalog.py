@@ -1,0 +1,114 @@
+"""The model catalog: one TOML file per model under npuops/data/models, architecture facts only.
+
+Each file holds the published config.json values under [config] (same key names, so the same parser reads a
+catalog entry and a downloaded model), a `source` citing where they were copied from, and the parameter count
+computed from the architecture next to the published one (tests keep the two within a few percent).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from npuops.plan.model import ModelSpec, arch_from_config, weight_bytes_from_arch
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    hf_id: str
+    aliases: tuple[str, ...]
+    source: str
+    published_parameters: float
+    published_active_parameters: float | None
+    parameters: int
+    active_parameters: int
+    spec: ModelSpec
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+@lru_cache(maxsize=1)
+def model_catalog() -> dict[str, CatalogEntry]:
+    """Catalog name -> entry; a broken shipped file is a bug, so parse errors propagate."""
+    folder = resources.files("npuops") / "data" / "models"
+    entries: dict[str, CatalogEntry] = {}
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".toml"):
+            continue
+        data = tomllib.loads(item.read_text(encoding="utf-8"))
+        arch = arch_from_config(data["config"], f"npuops/data/models/{item.name}")
+        name = str(data["name"])
+        spec = ModelSpec(
+            arch=arch,
+            weight_bytes=weight_bytes_from_arch(arch, arch.torch_dtype),
+            weights_present=False,
+            quantization=None,
+            path=None,
+            served_name=name,
+            weight_bytes_source="architecture",
+            catalog_name=name,
+        )
+        active = data.get("published_active_parameters")
+        entries[name] = CatalogEntry(
+            name=name,
+            hf_id=str(data["hf_id"]),
+            aliases=tuple(str(a) for a in data.get("aliases", [])),
+            source=str(data["source"]),
+            published_parameters=float(data["published_parameters"]),
+            published_active_parameters=float(active) if active is not None else None,
+            parameters=int(data["parameters"]),
+            active_parameters=int(data["active_parameters"]),
+            spec=spec,
+        )
+    return entries
+
+
+@lru_cache(maxsize=1)
+def _lookup_table() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for entry in model_catalog().values():
+        for label in (entry.name, entry.hf_id, entry.hf_id.split("/")[-1], *entry.aliases):
+            table[_key(label)] = entry.name
+    return table
+
+
+def catalog_names() -> list[str]:
+    return sorted(model_catalog())
+
+
+def catalog_entry(ref: str) -> CatalogEntry | None:
+    """Find by name, alias or Hugging Face id, case-insensitively; an `org/` prefix is optional."""
+    table = _lookup_table()
+    for candidate in (ref, ref.split("/")[-1]):
+        name = table.get(_key(candidate))
+        if name is not None:
+            return model_catalog()[name]
+    return None
+
+
+def close_names(ref: str, limit: int = 4) -> list[str]:
+    """Catalog names resembling `ref`, for the fix of an unknown-model error."""
+    table = _lookup_table()
+    wanted = _key(ref.split("/")[-1])
+    matches = difflib.get_close_matches(wanted, list(table), n=limit * 3, cutoff=0.5)
+    names: list[str] = []
+    for match in matches:
+        if table[match] not in names:
+            names.append(table[match])
+    if not names:
+        # A family prefix ("qwen", "llama-3") still deserves suggestions.
+        stem = wanted.split("-")[0]
+        names = [n for n in catalog_names() if n.startswith(stem)]
+    return names[:limit]

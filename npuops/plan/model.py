@@ -1,0 +1,520 @@
+"""What the planner knows about a model: its architecture, its weight bytes and its quantization.
+
+A model comes either from a local Hugging Face directory (config.json, plus whatever weights are there) or
+from the catalog shipped in npuops/data/models. Both go through `arch_from_config`, so a catalog entry and a
+downloaded model of the same name give the same architecture.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from npuops.errors import BadInputError
+
+# Bytes per element for the dtype names config.json and safetensors use.
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "f32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "f16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "f8_e4m3": 1,
+    "f8_e5m2": 1,
+    "int8": 1,
+    "i8": 1,
+    "u8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "i16": 2,
+    "int32": 4,
+    "i32": 4,
+    "u32": 4,
+    "int64": 8,
+    "i64": 8,
+    "f64": 8,
+    "float64": 8,
+}
+
+# vllm-ascend's quantization names (ModelSlim): bytes per element of a quantized linear weight. Embeddings,
+# the LM head and norms stay in the activation dtype, which is why quantized weights are computed per part.
+QUANT_WEIGHT_BYTES: dict[str, float] = {
+    "W8A8": 1.0,
+    "W8A8_DYNAMIC": 1.0,
+    "W8A16": 1.0,
+    "W4A8": 0.5,
+    "W4A8_DYNAMIC": 0.5,
+    "W4A16": 0.5,
+}
+
+# Flag values a user may pass; the *_DYNAMIC variants only come from quant_model_description.json.
+QUANTIZATION_FLAGS = ("W8A8", "W4A8", "W8A16", "W4A16")
+
+# A safetensors header above this is not a real checkpoint; reading it would only waste memory.
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """Architecture facts of a decoder-only LM, independent of where they were read from."""
+
+    model_type: str
+    architectures: tuple[str, ...]
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    torch_dtype: str
+    qkv_bias: bool = False
+    # MoE: routed experts (0 for a dense model), experts per token, per-expert FFN width, shared experts.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    num_dense_layers: int = 0
+    # MLA (DeepSeek): the KV cache holds the compressed latent plus the RoPE key, not per-head K and V.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    total: int
+    active: int
+    # Parameters in linear layers (what W8A8/W4A8 quantize); the rest are embeddings, LM head and norms.
+    linear: int
+    linear_active: int
+
+
+def count_parameters(arch: ModelArch) -> ParameterCount:
+    """Parameters of the architecture, counted layer by layer as vLLM instantiates them."""
+    h = arch.hidden_size
+    embed = arch.vocab_size * h
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
+    final_norm = h
+
+    if arch.is_mla:
+        heads = arch.num_attention_heads
+        qk_dim = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        if arch.q_lora_rank:
+            q_linear = h * arch.q_lora_rank + arch.q_lora_rank * heads * qk_dim
+            q_norm = arch.q_lora_rank
+        else:
+            q_linear = h * heads * qk_dim
+            q_norm = 0
+        kv_linear = h * (arch.kv_lora_rank + arch.qk_rope_head_dim) + arch.kv_lora_rank * heads * (
+            arch.qk_nope_head_dim + arch.v_head_dim
+        )
+        o_linear = heads * arch.v_head_dim * h
+        attn_linear = q_linear + kv_linear + o_linear
+        attn_other = q_norm + arch.kv_lora_rank
+    else:
+        q_out = arch.num_attention_heads * arch.head_dim
+        kv_out = arch.num_kv_heads * arch.head_dim
+        attn_linear = h * q_out + 2 * h * kv_out + q_out * h
+        attn_other = (q_out + 2 * kv_out) if arch.qkv_bias else 0
+
+    layer_norms = 2 * h
+    dense_mlp = 3 * h * arch.intermediate_size
+    dense_layers = arch.num_layers - arch.num_moe_layers
+
+    total_linear = active_linear = (attn_linear + dense_mlp) * dense_layers
+    other = (attn_other + layer_norms) * arch.num_layers + embed + lm_head + final_norm
+    if arch.is_moe:
+        expert = 3 * h * arch.moe_intermediate_size
+        shared_width = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
+        shared = 3 * h * shared_width
+        router = h * arch.num_experts
+        total_linear += (attn_linear + arch.num_experts * expert + shared + router) * arch.num_moe_layers
+        active_linear += (attn_linear + arch.num_experts_per_tok * expert + shared + router) * arch.num_moe_layers
+    return ParameterCount(
+        total=total_linear + other,
+        active=active_linear + other,
+        linear=total_linear,
+        linear_active=active_linear,
+    )
+
+
+def dtype_bytes(dtype: str) -> float:
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise BadInputError(
+            f"unknown dtype {dtype!r}", "use one of bfloat16, float16, float32"
+        ) from None
+
+
+def weight_bytes_from_arch(arch: ModelArch, dtype: str, quantization: str | None = None) -> int:
+    """Bytes the weights take in memory: quantized linear layers shrink, embeddings and norms do not."""
+    params = count_parameters(arch)
+    full = dtype_bytes(dtype)
+    if quantization is None:
+        return int(params.total * full)
+    per_linear = QUANT_WEIGHT_BYTES[quantization]
+    return int(params.linear * per_linear + (params.total - params.linear) * full)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    arch: ModelArch
+    # Bytes of the weights as they will sit in device memory (None only when nothing allows an estimate).
+    weight_bytes: int | None
+    weights_present: bool
+    quantization: str | None
+    path: Path | None
+    served_name: str
+    # Where weight_bytes came from: "index", "safetensors", "bin", "architecture".
+    weight_bytes_source: str = "architecture"
+    # Where the quantization came from: "config", "modelslim", "flag", or None.
+    quantization_source: str | None = None
+    # Notes worth a warning in a plan (e.g. an FP8 checkpoint on hardware without FP8).
+    notes: tuple[str, ...] = ()
+    catalog_name: str | None = None
+
+    @property
+    def parameters(self) -> ParameterCount:
+        return count_parameters(self.arch)
+
+
+def _bad_config(where: str, problem: str) -> BadInputError:
+    return BadInputError(
+        f"{where}: {problem}",
+        "pass a Hugging Face model directory whose config.json describes a decoder-only language model",
+    )
+
+
+def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str, *, required: bool = True) -> int:
+    for key in keys:
+        if key in cfg and cfg[key] is not None:
+            value = cfg[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _bad_config(where, f"{key} must be a non-negative integer, got {value!r}")
+            return value
+    if required:
+        raise _bad_config(where, f"no {' / '.join(keys)} (is this a language model's config.json?)")
+    return 0
+
+
+def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> ModelArch:
+    """Parse a Hugging Face config.json (or a catalog [config] table) into ModelArch.
+
+    Multimodal configs keep the language model under text_config; its keys win over the top level.
+    ChatGLM-format configs use their own key names (num_layers, ffn_hidden_size, multi_query_group_num, ...).
+    """
+    if not isinstance(raw, Mapping):
+        raise _bad_config(where, "the top level is not a JSON object")
+    cfg: dict[str, Any] = dict(raw)
+    text_config = raw.get("text_config")
+    if isinstance(text_config, Mapping):
+        cfg.update(text_config)
+
+    num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), where)
+    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), where)
+    heads = _int_field(cfg, ("num_attention_heads", "n_head"), where)
+    if num_layers == 0 or hidden == 0 or heads == 0:
+        raise _bad_config(where, "num_hidden_layers, hidden_size and num_attention_heads must be positive")
+    if cfg.get("multi_query_attention") and "multi_query_group_num" in cfg:
+        kv_heads = _int_field(cfg, ("multi_query_group_num",), where)
+    else:
+        kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), where, required=False) or heads
+    head_dim = _int_field(cfg, ("head_dim", "kv_channels"), where, required=False) or hidden // heads
+    vocab = _int_field(cfg, ("vocab_size", "padded_vocab_size"), where)
+    if "padded_vocab_size" in cfg:
+        vocab = _int_field(cfg, ("padded_vocab_size",), where)
+    intermediate = _int_field(cfg, ("intermediate_size", "ffn_hidden_size", "n_inner"), where, required=False)
+    if intermediate == 0:
+        intermediate = 4 * hidden
+    max_pos = _int_field(
+        cfg, ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions"), where, required=False
+    )
+    if kv_heads == 0 or heads % kv_heads != 0:
+        raise _bad_config(where, f"{heads} attention heads cannot be grouped over {kv_heads} KV heads")
+
+    model_type = str(cfg.get("model_type", "unknown"))
+    architectures = cfg.get("architectures") or ()
+    if not isinstance(architectures, (list, tuple)):
+        raise _bad_config(where, "architectures must be a list")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BYTES:
+        raise _bad_config(where, f"unknown torch_dtype {dtype!r}")
+
+    # Qwen2 hard-codes a QKV bias without a config key; ChatGLM says add_qkv_bias.
+    qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias") or model_type in ("qwen2", "qwen2_moe"))
+
+    num_experts = _int_field(cfg, ("num_experts", "n_routed_experts", "num_local_experts"), where, required=False)
+    experts_per_tok = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), where, required=False)
+    moe_inter = _int_field(cfg, ("moe_intermediate_size",), where, required=False) or (
+        intermediate if num_experts else 0
+    )
+    num_dense = 0
+    if num_experts:
+        if experts_per_tok == 0 or experts_per_tok > num_experts:
+            raise _bad_config(where, f"num_experts_per_tok {experts_per_tok} does not fit {num_experts} experts")
+        num_dense = _int_field(cfg, ("first_k_dense_replace",), where, required=False)
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if isinstance(mlp_only, list):
+            num_dense += len(mlp_only)
+        step = _int_field(cfg, ("decoder_sparse_step", "moe_layer_freq"), where, required=False) or 1
+        if step > 1:
+            num_dense = num_layers - math.ceil((num_layers - num_dense) / step)
+        num_dense = min(num_dense, num_layers)
+
+    q_lora = _int_field(cfg, ("q_lora_rank",), where, required=False)
+    return ModelArch(
+        model_type=model_type,
+        architectures=tuple(str(a) for a in architectures),
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_pos or 2048,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        torch_dtype=dtype.lower(),
+        qkv_bias=qkv_bias,
+        num_experts=num_experts,
+        num_experts_per_tok=experts_per_tok if num_experts else 0,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=_int_field(cfg, ("n_shared_experts",), where, required=False),
+        shared_expert_intermediate_size=_int_field(cfg, ("shared_expert_intermediate_size",), where, required=False),
+        num_dense_layers=num_dense,
+        kv_lora_rank=_int_field(cfg, ("kv_lora_rank",), where, required=False),
+        q_lora_rank=q_lora,
+        qk_rope_head_dim=_int_field(cfg, ("qk_rope_head_dim",), where, required=False),
+        qk_nope_head_dim=_int_field(cfg, ("qk_nope_head_dim",), where, required=False),
+        v_head_dim=_int_field(cfg, ("v_head_dim",), where, required=False),
+    )
+
+
+def normalise_quantization(value: str) -> str:
+    key = value.strip().upper().replace("-", "_")
+    if key in QUANT_WEIGHT_BYTES:
+        return key
+    raise BadInputError(
+        f"unknown quantization {value!r}",
+        f"use one of {', '.join(QUANTIZATION_FLAGS)} (vllm-ascend / ModelSlim names)",
+    )
+
+
+def _quantization_from_config(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(vllm-ascend quantization name or None, raw method name for notes)."""
+    qc = cfg.get("quantization_config")
+    if not isinstance(qc, Mapping):
+        return None, None
+    method = str(qc.get("quant_method", "")).lower()
+    bits = qc.get("bits") or qc.get("w_bit")
+    if method in ("gptq", "awq") and bits in (4, 8):
+        return f"W{bits}A16", method
+    for name in QUANT_WEIGHT_BYTES:
+        if method == name.lower():
+            return name, method
+    return None, method or "unknown"
+
+
+def safetensors_tensor_bytes(path: Path) -> int:
+    """Sum of tensor sizes in one .safetensors file, read from its header only (8-byte length + JSON)."""
+    try:
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) != 8:
+                raise _bad_config(str(path), "shorter than a safetensors header")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > _MAX_SAFETENSORS_HEADER:
+                raise _bad_config(str(path), f"safetensors header claims {length} bytes")
+            header_bytes = f.read(length)
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror}", "check the file's permissions") from None
+    if len(header_bytes) != length:
+        raise _bad_config(str(path), "safetensors header is truncated")
+    try:
+        header = json.loads(header_bytes)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _bad_config(str(path), "safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise _bad_config(str(path), "safetensors header is not a JSON object")
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets)
+            or offsets[1] < offsets[0]
+        ):
+            raise _bad_config(str(path), f"tensor {name!r} has no valid data_offsets")
+        total += offsets[1] - offsets[0]
+    return total
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror}", "check the file's permissions") from None
+    except UnicodeDecodeError:
+        raise _bad_config(str(path), f"{what} is not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInputError(
+            f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
+            f"restore {what} from the model's published files",
+        ) from None
+
+
+def _weights_on_disk(directory: Path) -> tuple[int | None, str, bool]:
+    """(bytes, source, all weight files present) from the index, the safetensors headers or .bin sizes."""
+    index_path = directory / "model.safetensors.index.json"
+    if index_path.is_file():
+        index = _read_json(index_path, "model.safetensors.index.json")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+        present = bool(shards) and all((directory / str(s)).is_file() for s in shards)
+        metadata = index.get("metadata") if isinstance(index, dict) else None
+        total = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+            return int(total), "index", present
+        if present:
+            return sum(safetensors_tensor_bytes(directory / str(s)) for s in sorted(shards)), "safetensors", True
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return sum(safetensors_tensor_bytes(f) for f in files), "safetensors", True
+    bins = sorted(directory.glob("pytorch_model*.bin"))
+    if bins:
+        return sum(f.stat().st_size for f in bins), "bin", True
+    return None, "architecture", False
+
+
+def _model_from_directory(directory: Path, quantization: str | None) -> ModelSpec:
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise BadInputError(
+            f"{directory} has no config.json, so it is not a Hugging Face model directory",
+            "pass the directory that holds config.json (download at least config.json), or a catalog name",
+        )
+    raw = _read_json(config_path, "config.json")
+    if not isinstance(raw, dict):
+        raise _bad_config(str(config_path), "the top level is not a JSON object")
+    arch = arch_from_config(raw, str(config_path))
+
+    notes: list[str] = []
+    quant, method = _quantization_from_config(raw)
+    quant_source: str | None = "config" if quant else None
+    description = directory / "quant_model_description.json"
+    if quant is None and description.is_file():
+        desc = _read_json(description, "quant_model_description.json")
+        declared = desc.get("model_quant_type") if isinstance(desc, dict) else None
+        if isinstance(declared, str) and declared.upper() in QUANT_WEIGHT_BYTES:
+            quant, quant_source = declared.upper(), "modelslim"
+    if quant is None and method:
+        notes.append(
+            f"the checkpoint is quantized with {method!r}, which vllm-ascend does not run on A2/A3/310P; "
+            "convert it to bfloat16 or quantize it with ModelSlim (W8A8/W4A8)"
+        )
+
+    bytes_on_disk, source, present = _weights_on_disk(directory)
+    if quantization is not None:
+        wanted = normalise_quantization(quantization)
+        if quant is not None and wanted.split("_")[0] != quant.split("_")[0]:
+            notes.append(f"--quantization {wanted} overrides the checkpoint's {quant}")
+        if quant is None or wanted.split("_")[0] != quant.split("_")[0]:
+            # The files on disk are not in this format: plan from the architecture and say what to do.
+            if present:
+                notes.append(
+                    f"the weights in {directory} are not {wanted}; quantize them with ModelSlim before serving"
+                )
+            quant, quant_source = wanted, "flag"
+            bytes_on_disk, source = None, "architecture"
+
+    weight_bytes = bytes_on_disk
+    if weight_bytes is None:
+        weight_bytes = weight_bytes_from_arch(arch, arch.torch_dtype, quant)
+        source = "architecture"
+    return ModelSpec(
+        arch=arch,
+        weight_bytes=weight_bytes,
+        weights_present=present,
+        quantization=quant,
+        path=directory,
+        served_name=directory.name,
+        weight_bytes_source=source,
+        quantization_source=quant_source,
+        notes=tuple(notes),
+    )
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
+
+
+def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
+    """A model from a local directory or a catalog name (case-insensitive; aliases; an org/ prefix is ignored)."""
+    from npuops.plan.catalog import catalog_entry, close_names
+
+    if not ref or not ref.strip():
+        raise BadInputError("no model given", "pass a model directory or a catalog name such as qwen3-8b")
+    candidate = Path(ref).expanduser()
+    if candidate.is_dir():
+        return _model_from_directory(candidate, quantization)
+    if candidate.exists():
+        raise BadInputError(
+            f"{ref} is a file, not a model directory", "pass the directory that holds config.json"
+        )
+    entry = catalog_entry(ref)
+    if entry is not None:
+        quant = normalise_quantization(quantization) if quantization else None
+        return replace(
+            entry.spec,
+            quantization=quant,
+            quantization_source="flag" if quant else None,
+            weight_bytes=weight_bytes_from_arch(entry.spec.arch, entry.spec.arch.torch_dtype, quant),
+        )
+    suggestions = close_names(ref)
+    hint = f" (close catalog names: {', '.join(suggestions)})" if suggestions else ""
+    if _looks_like_path(ref):
+        raise BadInputError(
+            f"model directory {ref} does not exist",
+            f"check the path, or use a catalog name{hint}",
+        )
+    raise BadInputError(
+        f"{ref!r} is neither a model directory nor a catalog model{hint}",
+        "pass a local Hugging Face model directory, or one of the names `npuops plan --list-models` shows",
+    )

@@ -1,0 +1,210 @@
+"""Predicted TTFT, TPOT and output tokens/s of a planned deployment.
+
+The model (constants in npuops/data/perf_model.toml):
+
+* A decode step reads every weight on the device once, plus the KV cache of every running sequence, from
+  HBM: time = bytes / (bandwidth x efficiency). At large batch the matmuls turn compute-bound instead.
+* Prefill is compute-bound: 2 x active parameters x tokens, plus attention's 4 x layers x context x width,
+  over TP x FLOPS x MFU.
+* Every step also pays a host/launch cost per layer that depends on the execution mode (eager, ACL piecewise
+  graphs, FULL_DECODE_ONLY) and, with TP > 1, two all-reduces per layer whose latency grows with the group.
+  This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (perf-anchors.md, C6).
+* With several requests in flight, chunked prefill interleaves the other requests' prompts with decode
+  steps, so each step also carries (B - 1) x input/output prompt tokens (the TPOT a benchmark measures).
+* Concurrency: a fixed concurrency runs min(concurrency, max_num_seqs, KV capacity) sequences per replica and
+  queues the rest; a request rate is turned into concurrency with Little's law.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from npuops.plan.constants import PerfConstants, perf_constants
+from npuops.plan.model import ModelArch, count_parameters
+
+
+@dataclass(frozen=True)
+class PerfInputs:
+    """Everything the prediction needs; the planner and the calibration script both build one."""
+
+    arch: ModelArch
+    kind: str  # "npu" | "cpu"
+    tp: int
+    pp: int
+    replicas: int
+    weight_bytes: int  # whole model as served (quantized if it is)
+    kv_bytes_per_token: int  # per device, all layers of a stage
+    act_dtype_bytes: float
+    flops_per_s: float | None  # per device
+    bandwidth_bytes_per_s: float | None  # per device
+    mode: str  # "eager" | "piecewise" | "full_decode_only"
+    input_len: int
+    output_len: int
+    concurrency: int  # requests in flight across the whole deployment
+    request_rate: float | None  # requests/s across the deployment; wins over concurrency when set
+    max_num_seqs: int
+    kv_cache_tokens: int
+    cpu_count: int | None = None
+    max_num_batched_tokens: int = 0  # tokens one step may carry; 0 = no limit
+
+
+@dataclass(frozen=True)
+class Prediction:
+    ttft_ms: float
+    tpot_ms: float
+    output_tokens_per_s: float
+    running_per_replica: float  # sequences decoding together in one replica
+    queued_per_replica: float  # requests waiting for a slot
+    saturated: bool  # the request rate exceeds what the deployment can serve
+    decode_bound: str  # "memory" | "compute"
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "ttft_ms": round(self.ttft_ms, 1),
+            "tpot_ms": round(self.tpot_ms, 2),
+            "output_tokens_per_s": round(self.output_tokens_per_s, 1),
+        }
+
+
+def _device_rates(p: PerfInputs, c: PerfConstants) -> tuple[float, float]:
+    if p.kind == "cpu":
+        cores = p.cpu_count or 1
+        flops = p.flops_per_s or cores * c.cpu_flops_per_core
+        bandwidth = p.bandwidth_bytes_per_s or c.cpu_memory_bandwidth_bytes_per_s
+        return flops, bandwidth
+    # An unpublished figure (910A bandwidth) falls back to an A2-like chip rather than dividing by zero.
+    return p.flops_per_s or 300e12, p.bandwidth_bytes_per_s or 1.6e12
+
+
+def step_overhead_s(arch: ModelArch, tp: int, pp: int, mode: str, kind: str, c: PerfConstants) -> float:
+    """Host, launch and collective cost of one forward step, independent of the data moved."""
+    if kind == "cpu":
+        return arch.num_layers * c.cpu_us_per_layer * 1e-6
+    per_layer_us = {
+        "eager": c.eager_us_per_layer,
+        "piecewise": c.piecewise_us_per_layer,
+        "full_decode_only": c.full_graph_us_per_layer,
+    }[mode]
+    dense_layers = arch.num_layers - arch.num_moe_layers
+    layer_cost = per_layer_us * (dense_layers + arch.num_moe_layers * c.moe_layer_overhead_factor)
+    allreduce = 0.0
+    if tp > 1:
+        allreduce = 2 * arch.num_layers * (c.allreduce_us + c.allreduce_us_per_doubling * math.log2(tp))
+    pipeline = (pp - 1) * c.pp_send_us
+    return (layer_cost + allreduce + pipeline) * 1e-6
+
+
+def _weights_read_per_step(p: PerfInputs, batch: float) -> float:
+    """Weight bytes a decode step streams on one device: MoE layers only touch the experts the batch routes to."""
+    arch = p.arch
+    per_device = p.weight_bytes / (p.tp * p.pp)
+    if not arch.is_moe:
+        return per_device
+    total = count_parameters(arch).total
+    routed = arch.num_moe_layers * arch.num_experts * 3 * arch.hidden_size * arch.moe_intermediate_size
+    routed_share = routed / total if total else 0.0
+    # Expected share of routed experts hit by `batch` tokens each picking k of E (uniform routing).
+    k, e = arch.num_experts_per_tok, arch.num_experts
+    hit = 1.0 - (1.0 - k / e) ** max(batch, 1.0)
+    return per_device * ((1.0 - routed_share) + routed_share * hit)
+
+
+def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
+    """FLOPs to prefill `tokens` tokens whose average attended context is `context`."""
+    active = count_parameters(arch).active
+    attn_width = arch.num_attention_heads * (
+        (arch.qk_nope_head_dim + arch.qk_rope_head_dim) if arch.is_mla else arch.head_dim
+    )
+    return tokens * (2.0 * active + 4.0 * arch.num_layers * context * attn_width)
+
+
+def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants) -> tuple[float, str]:
+    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves."""
+    flops, bandwidth = _device_rates(p, c)
+    context = p.input_len + p.output_len / 2
+    bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
+    # Stages run one after another for a given token, so PP does not shorten the per-token path.
+    memory_s = p.pp * bytes_read / (bandwidth * c.bandwidth_efficiency)
+    compute_s = 2.0 * count_parameters(p.arch).active * batch / (p.tp * flops * c.decode_mfu)
+    interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1)
+    if p.max_num_batched_tokens:
+        interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
+    # Interleaved prompt chunks ride in the same matmuls as the decode tokens: the step reads the weights once
+    # and is bound by whichever of memory traffic and total compute is larger.
+    compute_s += prefill_flops(p.arch, interleaved_tokens, p.input_len / 2) / (p.tp * flops * c.prefill_mfu)
+    # The host schedules, samples and detokenizes every running sequence each step.
+    overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * c.host_us_per_seq * 1e-6
+    bound = "memory" if memory_s >= compute_s else "compute"
+    return overhead_s + max(memory_s, compute_s), bound
+
+
+def prefill_s(p: PerfInputs, c: PerfConstants) -> float:
+    """Time to prefill one prompt alone: compute-bound, but never faster than one pass over the weights."""
+    flops, bandwidth = _device_rates(p, c)
+    compute = prefill_flops(p.arch, p.input_len, p.input_len / 2) / (p.tp * p.pp * flops * c.prefill_mfu)
+    memory = p.pp * _weights_read_per_step(p, p.input_len) / (bandwidth * c.bandwidth_efficiency)
+    # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
+    mode = "eager" if p.mode == "full_decode_only" else p.mode
+    return max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c)
+
+
+def _slots_per_replica(p: PerfInputs) -> float:
+    request_len = p.input_len + p.output_len
+    kv_slots = p.kv_cache_tokens / request_len if request_len else 0.0
+    slots = min(float(p.max_num_seqs), kv_slots)
+    if p.max_num_batched_tokens:
+        # In steady state each step must also prefill the prompts of the requests that finished: B decode tokens
+        # plus B x input/output prompt tokens have to fit the step's token budget.
+        slots = min(slots, p.max_num_batched_tokens / (1.0 + p.input_len / max(p.output_len, 1)))
+    return max(1.0, slots)
+
+
+def predict(p: PerfInputs, c: PerfConstants | None = None) -> Prediction:
+    c = c or perf_constants()
+    replicas = max(p.replicas, 1)
+    slots = _slots_per_replica(p)
+    first = prefill_s(p, c)
+    saturated = False
+
+    if p.request_rate is not None:
+        # Little's law per replica: in flight = rate x time in system; iterate to a fixed point.
+        rate = p.request_rate / replicas
+        running = 1.0
+        for _ in range(50):
+            step, _bound = decode_step_s(p, running, c)
+            in_system = rate * (first + p.output_len * step)
+            running = min(max(in_system, 1.0), slots)
+        step, bound = decode_step_s(p, running, c)
+        capacity = slots / (first + p.output_len * step)
+        saturated = rate > capacity
+        queued = 0.0
+        if saturated:
+            # Past capacity the queue grows without bound; report a full batch and the served rate.
+            running = slots
+            step, bound = decode_step_s(p, running, c)
+        served_rate = min(rate, slots / (first + p.output_len * step))
+        output_per_s = replicas * served_rate * p.output_len
+    else:
+        per_replica = max(p.concurrency / replicas, 1.0)
+        running = min(per_replica, slots)
+        queued = per_replica - running
+        step, bound = decode_step_s(p, running, c)
+        output_per_s = replicas * running / step if step > 0 else 0.0
+
+    ttft = c.request_overhead_ms / 1e3 + first
+    if running > 1:
+        # A new prompt waits for the decode step in flight before its chunk is scheduled.
+        ttft += step / 2
+    if p.request_rate is None and queued > 0:
+        # Requests beyond the free slots wait for a running one to finish.
+        ttft += queued / running * (first + p.output_len * step)
+    return Prediction(
+        ttft_ms=ttft * 1e3,
+        tpot_ms=step * 1e3,
+        output_tokens_per_s=output_per_s,
+        running_per_replica=running,
+        queued_per_replica=queued if p.request_rate is None else 0.0,
+        saturated=saturated,
+        decode_bound=bound,
+    )

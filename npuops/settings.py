@@ -1,0 +1,173 @@
+"""The one typed settings object, merged: defaults < config files < NPUOPS_* environment < flags.
+
+The CLI captures the process environment once and passes it in; nothing in the core reads
+os.environ itself, so tests build a Settings with exactly the world they want.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from npuops.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SYSTEM_CONFIG = Path("/etc/npuops/config.toml")
+ENV_PREFIX = "NPUOPS_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the core needs to know about where things are and how long to wait."""
+
+    # Filesystem root for every host path npuops reads (/dev, /proc, /sys, /etc, the Ascend tree).
+    # "/" on a real node; tests point it at a prepared tree.
+    root: Path = Path("/")
+    # Where the Ascend driver and CANN are installed (vendor installers' --install-path).
+    ascend_root: Path = Path("/usr/local/Ascend")
+    # Vendor tools: a name looked up on tool_path, or an absolute path.
+    npu_smi: str = "npu-smi"
+    hccn_tool: str = "hccn_tool"
+    # Directories searched for vendor tools after PATH: where the driver installs them.
+    tool_dirs: tuple[str, ...] = ("/usr/local/sbin", "/usr/local/bin", "/usr/local/Ascend/driver/tools")
+    # Python interpreter of the serving stack (torch, torch_npu, vllm); empty means npuops' own.
+    stack_python: str = ""
+    # The serving venv that provisioning creates; its python is used when stack_python is empty and it exists.
+    venv: Path = Path("/opt/npuops/venv")
+    # Per-instance files written by launch.
+    state_dir: Path = Path("/etc/npuops")
+    command_timeout_s: float = 15.0
+    # The environment npuops was started in, captured once by the CLI.
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def host_path(self, path: str | Path) -> Path:
+        """Map an absolute host path under `root`."""
+        p = Path(path)
+        return self.root / p.relative_to("/") if p.is_absolute() else self.root / p
+
+    def ascend_path(self, *parts: str) -> Path:
+        return self.host_path(self.ascend_root).joinpath(*parts)
+
+    def search_path(self) -> str:
+        entries = [e for e in self.environ.get("PATH", "").split(":") if e]
+        entries += [d for d in self.tool_dirs if d not in entries]
+        return ":".join(entries)
+
+
+# Which settings a user may set, and how to read a string (from the environment) into each.
+_CONFIGURABLE = {f.name: f for f in fields(Settings) if f.name != "environ"}
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    default = _CONFIGURABLE[name].default
+    try:
+        if isinstance(default, Path):
+            if not isinstance(value, str) or not value:
+                raise TypeError
+            return Path(value)
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                return value.lower() in ("1", "true", "yes", "on")
+            raise TypeError
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise TypeError
+            number = float(value)
+            if number <= 0:
+                raise TypeError
+            return number
+        if isinstance(default, tuple):
+            if isinstance(value, str):
+                return tuple(v for v in value.split(":") if v)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return tuple(value)
+            raise TypeError
+        if isinstance(value, str):
+            return value
+        raise TypeError
+    except (TypeError, ValueError):
+        kind = type(default).__name__ if not isinstance(default, Path) else "path"
+        raise ConfigError(
+            f"{origin}: {name} = {value!r} is not a valid {kind}",
+            f"set {name} to a {kind} (see `npuops --help` and README 'Configuration')",
+        ) from None
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}",
+                          "fix its permissions or remove it") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML ({exc})", "correct the TOML syntax") from None
+    values = data.get("npuops", data)
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path}: [npuops] must be a table", "write the settings as key = value lines")
+    unknown = sorted(k for k in values if k not in _CONFIGURABLE)
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown setting {unknown[0]!r}",
+            f"use one of: {', '.join(sorted(_CONFIGURABLE))}",
+        )
+    return {k: _coerce(k, v, str(path)) for k, v in values.items()}
+
+
+def config_files(home: Path | None, explicit: Path | None) -> list[Path]:
+    """The files consulted, in increasing precedence."""
+    files = [SYSTEM_CONFIG]
+    if home is not None:
+        files.append(home / ".config" / "npuops" / "config.toml")
+    if explicit is not None:
+        files.append(explicit)
+    return files
+
+
+def load_settings(
+    environ: Mapping[str, str],
+    *,
+    config_file: Path | None = None,
+    flags: Mapping[str, Any] | None = None,
+    home: Path | None = None,
+    system_config: Path | None = None,
+) -> Settings:
+    """Merge defaults < config files < NPUOPS_* environment < flags into one Settings."""
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file {config_file} does not exist", "pass an existing file to --config")
+    merged: dict[str, Any] = {}
+    files = config_files(home, config_file)
+    if system_config is not None:
+        files[0] = system_config
+    for path in files:
+        merged.update(_read_config_file(path))
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name == "config":  # NPUOPS_CONFIG names a file, handled by the CLI
+            continue
+        if name not in _CONFIGURABLE:
+            raise ConfigError(
+                f"environment variable {key} is not an npuops setting",
+                f"unset it, or use one of: {', '.join(ENV_PREFIX + n.upper() for n in sorted(_CONFIGURABLE))}",
+            )
+        merged[name] = _coerce(name, raw, f"environment {key}")
+    for name, value in (flags or {}).items():
+        if value is not None:
+            merged[name] = _coerce(name, value, f"flag for {name}") if isinstance(value, str) else value
+    return dataclasses.replace(Settings(environ=MappingProxyType(dict(environ))), **merged)
