@@ -25,7 +25,7 @@ def _where(ctx: CheckContext) -> str:
 def _how_to_set(ctx: CheckContext, assignments: str) -> str:
     if ctx.options.env_file:
         return f"add {assignments} to {ctx.options.env_file} (or re-render it with `npuops launch`)"
-    return f"export {assignments} in the service's environment (an env file rendered by `npuops launch` carries it)"
+    return f"export {assignments} in the environment the service starts from"
 
 
 def split_path_list(value: str) -> list[str]:

@@ -226,12 +226,10 @@ class StackRowCheck(Check):
         fix = (f"install row {closest.row.name} as one unit: {install_command(closest.differences)} "
                f"(then `pip check`), or {PROVISION_PYTHON}")
         torch_ok = self._torch_pair_ok(versions)
-        if plugin is not None and not known_plugin and torch_ok:
-            newest = compat.rows[0]
-            newer = self._newer_than(plugin, newest)
-            what = "newer than every row of" if newer else "not in"
-            return Result.warn(f"vllm-ascend {plugin} is {what} npuops' compat table; the closest known row is "
-                               f"{closest.row.name}", "check the pins of your vllm-ascend release in its "
+        if plugin is not None and not known_plugin and torch_ok and self._newer_than(plugin, compat.rows[0]):
+            # A release after npuops' table was written: npuops cannot judge it, the operator can.
+            return Result.warn(f"vllm-ascend {plugin} is newer than every row of npuops' compat table; the closest "
+                               f"known row is {closest.row.name}", "check the pins of your vllm-ascend release in its "
                                "versioning policy (docs/source/community/versioning_policy.md), or install a "
                                f"known row: {fix}", **evidence)
         differing = "; ".join(d.describe() for d in closest.differences)
@@ -275,17 +273,20 @@ class PythonVersion(Check):
         skipped = _no_stack(stack)
         if skipped is not None:
             return skipped
-        row = row_for_stack(_installed(stack), load_compat().rows)
+        versions = _installed(stack)
+        row = row_for_stack(versions, load_compat().rows)
         python = _python_minor(stack.python or "")
         if row is None or python is None:
             return Result.skip(f"cannot tell the Python version of {stack.executable} ({stack.python!r})",
                                f"run `{stack.executable} --version`; recreate the venv with {PROVISION_PYTHON}")
         low, high = (_python_minor(v) for v in row.python)
         assert low is not None and high is not None, f"bad python range in compat.toml row {row.name}"
-        evidence = {"python": stack.python, "row": row.name, "range": f"{row.python[0]}-{row.python[1]}",
-                    "executable": stack.executable}
+        exact = match_row(versions, row).exact
+        evidence = {"python": stack.python, "row": row.name, "row_is_exact": exact,
+                    "range": f"{row.python[0]}-{row.python[1]}", "executable": stack.executable}
+        which = f"row {row.name}" if exact else f"row {row.name}, the nearest to what is installed"
         if low <= python <= high:
-            return Result.passed(f"Python {stack.python} is inside {row.python[0]}-{row.python[1]} (row {row.name})",
+            return Result.passed(f"Python {stack.python} is inside {row.python[0]}-{row.python[1]} ({which})",
                                  **evidence)
         return Result.fail(f"Python {stack.python} is outside {row.python[0]}-{row.python[1]}, the range of row "
                            f"{row.name}", f"create the serving venv with python{row.python[1]} (or any "
@@ -342,7 +343,8 @@ class TorchNpuCann(Check):
             return Result.skip(f"no torch_npu to compare ({why})", f"install the serving stack: {PROVISION_PYTHON}")
         toolkit = node.cann.toolkit
         if not toolkit.installed or toolkit.version is None:
-            return Result.skip(f"CANN is not installed (no {toolkit.path})", f"install CANN: {PROVISION_CANN}")
+            return Result.skip(f"CANN is not installed (no {toolkit.path})", f"install CANN: {PROVISION_CANN}",
+                               torch_npu=torch_npu, cann_path=toolkit.path)
         wanted, source = cann_for_torch_npu(torch_npu, load_compat())
         evidence = {"torch_npu": torch_npu, "cann": toolkit.version, "cann_path": toolkit.path,
                     "wanted": sorted(wanted), "source": source}

@@ -47,7 +47,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
     from npuops.doctor.context import CheckContext, DoctorOptions
     from npuops.doctor.registry import discover_checks, select_checks
     from npuops.hardware.probe import Probe
-    from npuops.ranges import parse_device_ranges
+    from npuops.ranges import parse_device_list
 
     if explain_id:
         from npuops.doctor.explain import explain_page
@@ -71,7 +71,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         expect_chips=expect_chips,
         env_file=env_file,
         model_dir=model_dir,
-        devices=parse_device_ranges(devices) if devices else None,
+        devices=parse_device_list(devices) if devices else None,
         gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         graph_mode=not eager,
     )

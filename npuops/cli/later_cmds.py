@@ -18,8 +18,6 @@ def _not_yet(name: str, issue: str) -> click.Command:
     return command
 
 
-plan = _not_yet("plan", "plan")
-launch = _not_yet("launch", "launch")
 status = _not_yet("status", "launch")
 stop = _not_yet("stop", "launch")
 logs = _not_yet("logs", "launch")

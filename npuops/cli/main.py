@@ -23,8 +23,8 @@ from npuops.errors import ExitCode, NpuopsError
 COMMANDS: dict[str, tuple[str, str]] = {
     "node": ("npuops.cli.node_cmd:node", "Show this node: NPUs, driver, CANN, Python stack, host."),
     "doctor": ("npuops.cli.doctor_cmd:doctor", "Health and precision checks with verdicts and fixes."),
-    "plan": ("npuops.cli.later_cmds:plan", "Work out a tuned vLLM configuration for a model."),
-    "launch": ("npuops.cli.later_cmds:launch", "Run vLLM as a supervised, health-gated service."),
+    "plan": ("npuops.cli.plan_cmd:plan", "Work out a tuned vLLM configuration for a model."),
+    "launch": ("npuops.cli.launch_cmd:launch", "Run vLLM as a supervised, health-gated service."),
     "status": ("npuops.cli.later_cmds:status", "State, health and live figures of launched services."),
     "stop": ("npuops.cli.later_cmds:stop", "Stop a launched service."),
     "logs": ("npuops.cli.later_cmds:logs", "Show a launched service's logs."),

@@ -26,7 +26,7 @@ def render_report_text(report: DoctorReport, verbose: bool = False) -> str:
             lines.append(f"  {'':<5}  {'':<28} fix: {r.remediation}")
     counts = report.counts()
     verdict = "OK" if report.ok else "FAILED"
-    summary = ", ".join(f"{counts[s.value]} {s.value}" for s in Status if counts[s.value])
+    summary = ", ".join(f"{counts[s.value]} {s.value}" for s in sorted(Status, key=lambda s: s.rank) if counts[s.value])
     lines.append(f"\n{verdict}: {summary} ({len(report.outcomes)} checks in {report.duration_s:.2f} s)")
     return "\n".join(lines).lstrip("\n")
 

@@ -107,7 +107,9 @@ def feature_available(feature: str, release: str) -> bool:
     return _in_range(parse_release(release), str(raw["since"]), raw.get("removed_in"))
 
 
-def environment_for(release: str, *, collective: bool, moe_ep: bool, devices: tuple[int, ...] | None) -> list[EnvSetting]:
+def environment_for(
+    release: str, *, collective: bool, moe_ep: bool, devices: tuple[int, ...] | None
+) -> list[EnvSetting]:
     """The variables a release gets for a plan with these traits; the device mask comes last."""
     version = parse_release(release)
     active = {"always": True, "collective": collective, "moe_ep": moe_ep}

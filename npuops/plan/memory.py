@@ -44,7 +44,9 @@ def kv_bytes_per_token(arch: ModelArch, kv_dtype_bytes: float, tp: int = 1, pp: 
     return kv_page_bytes_per_layer(arch, 1, kv_dtype_bytes, tp) * layers_per_stage(arch, pp)
 
 
-def kv_cache_tokens(budget_bytes: int, arch: ModelArch, block_size: int, kv_dtype_bytes: float, tp: int, pp: int) -> int:
+def kv_cache_tokens(
+    budget_bytes: int, arch: ModelArch, block_size: int, kv_dtype_bytes: float, tp: int, pp: int
+) -> int:
     """Tokens the KV cache holds, computed the way vLLM does: whole blocks of whole layers."""
     if budget_bytes <= 0:
         return 0

@@ -173,9 +173,7 @@ def dtype_bytes(dtype: str) -> float:
     try:
         return DTYPE_BYTES[dtype.lower()]
     except KeyError:
-        raise BadInputError(
-            f"unknown dtype {dtype!r}", "use one of bfloat16, float16, float32"
-        ) from None
+        raise BadInputError(f"unknown dtype {dtype!r}", "use one of bfloat16, float16, float32") from None
 
 
 def weight_bytes_from_arch(arch: ModelArch, dtype: str, quantization: str | None = None) -> int:
@@ -495,9 +493,7 @@ def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
     if candidate.is_dir():
         return _model_from_directory(candidate, quantization)
     if candidate.exists():
-        raise BadInputError(
-            f"{ref} is a file, not a model directory", "pass the directory that holds config.json"
-        )
+        raise BadInputError(f"{ref} is a file, not a model directory", "pass the directory that holds config.json")
     entry = catalog_entry(ref)
     if entry is not None:
         quant = normalise_quantization(quantization) if quantization else None
@@ -516,5 +512,5 @@ def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
         )
     raise BadInputError(
         f"{ref!r} is neither a model directory nor a catalog model{hint}",
-        "pass a local Hugging Face model directory, or one of the names `npuops plan --list-models` shows",
+        "pass a local Hugging Face model directory, or a catalog name (npuops/data/models), e.g. qwen3-8b",
     )

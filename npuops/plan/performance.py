@@ -106,7 +106,7 @@ def _weights_read_per_step(p: PerfInputs, batch: float) -> float:
     routed_share = routed / total if total else 0.0
     # Expected share of routed experts hit by `batch` tokens each picking k of E (uniform routing).
     k, e = arch.num_experts_per_tok, arch.num_experts
-    hit = 1.0 - (1.0 - k / e) ** max(batch, 1.0)
+    hit: float = 1.0 - math.pow(1.0 - k / e, max(batch, 1.0))
     return per_device * ((1.0 - routed_share) + routed_share * hit)
 
 

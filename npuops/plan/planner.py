@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npuops.errors import BadInputError
@@ -29,7 +29,6 @@ from npuops.plan.environment import (
 from npuops.plan.memory import (
     MemoryBudget,
     activation_peak_bytes,
-    blocks_for,
     graph_reserve_bytes,
     kv_bytes_per_token,
     kv_cache_tokens,
@@ -142,8 +141,12 @@ class Replica:
         return ",".join(str(d) for d in self.devices)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "node": self.node, "devices": list(self.devices),
-                "visible_devices": self.visible_devices}
+        return {
+            "index": self.index,
+            "node": self.node,
+            "devices": list(self.devices),
+            "visible_devices": self.visible_devices,
+        }
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,9 @@ class Plan:
                 "num_kv_heads": arch.num_kv_heads,
                 "head_dim": arch.head_dim,
                 "max_position_embeddings": arch.max_position_embeddings,
-                "moe": {"experts": arch.num_experts, "active_experts": arch.num_experts_per_tok} if arch.is_moe else None,
+                "moe": {"experts": arch.num_experts, "active_experts": arch.num_experts_per_tok}
+                if arch.is_moe
+                else None,
                 "mla": arch.is_mla,
                 "parameters": counts.total,
                 "active_parameters": counts.active,
@@ -307,7 +312,8 @@ def _choose_dtype(model: ModelSpec, target: HardwareTarget, options: PlanOptions
             asked = "bfloat16"
         dtype = asked or ("float32" if torch_dtype == "float32" else "bfloat16")
         notes.explain(
-            "dtype", dtype,
+            "dtype",
+            dtype,
             "the vLLM CPU engine computes in float32 or bfloat16"
             + (" (as asked)" if asked else f"; {dtype} follows the checkpoint's {torch_dtype}"),
             None if dtype == SEED["dtype"] else "the seed's float16 is not a CPU-engine dtype",
@@ -322,13 +328,18 @@ def _choose_dtype(model: ModelSpec, target: HardwareTarget, options: PlanOptions
                 f"{chip.name} has no bfloat16 kernels (EZ1001 ... DT_BFLOAT16 at start-up); planned float16 instead"
             )
         dtype = "float32" if asked == "float32" else "float16"
-        notes.explain("dtype", dtype, f"{chip.name} ({chip.family}) runs float16 only: its bfloat16 kernels do not exist")
+        notes.explain(
+            "dtype", dtype, f"{chip.name} ({chip.family}) runs float16 only: its bfloat16 kernels do not exist"
+        )
         return dtype
     dtype = asked or "bfloat16"
     if asked:
         why = f"{dtype} as asked; {chip.family} supports bfloat16 and float16"
     else:
-        why = f"bfloat16 is the dtype vllm-ascend's {chip.family} kernels are built and tested for; same 2 bytes as float16"
+        why = (
+            f"bfloat16 is the dtype vllm-ascend's {chip.family} kernels are built and tested for; "
+            "same 2 bytes as float16"
+        )
         if torch_dtype == "float16":
             why += " (the checkpoint is float16; vLLM casts it once at load)"
     seed = None
@@ -349,9 +360,13 @@ def _choose_block_size(target: HardwareTarget, options: PlanOptions, notes: _Not
                 f"--block-size {block} on the CPU engine", "use a multiple of 32 (the CPU attention backend needs it)"
             )
         notes.explain(
-            "block_size", block, "the CPU attention backend pages the KV cache in blocks that are a multiple of 32"
+            "block_size",
+            block,
+            "the CPU attention backend pages the KV cache in blocks that are a multiple of 32"
             + ("" if asked else "; 128 is vLLM's CPU default"),
-            None if block == SEED["block_size"] else "the seed's 32 also works on CPU; 128 means fewer block-table entries",
+            None
+            if block == SEED["block_size"]
+            else "the seed's 32 also works on CPU; 128 means fewer block-table entries",
         )
         return block
     if asked is not None and asked != ASCEND_BLOCK_SIZE:
@@ -363,7 +378,9 @@ def _choose_block_size(target: HardwareTarget, options: PlanOptions, notes: _Not
     if asked is not None and asked != ASCEND_BLOCK_SIZE:
         why += f"; the {asked} asked for would be replaced at start-up anyway"
     notes.explain(
-        "block_size", ASCEND_BLOCK_SIZE, why,
+        "block_size",
+        ASCEND_BLOCK_SIZE,
+        why,
         "the seed's block_size=32 is overridden to 128 by vllm-ascend on current stacks",
     )
     return ASCEND_BLOCK_SIZE
@@ -377,9 +394,13 @@ def _choose_utilization(target: HardwareTarget, rules: FamilyRules, options: Pla
         return util or rules.utilization
     value = util or rules.utilization
     why = (
-        "as asked" if util else
-        ("0.8 on 310P: its LPDDR is shared with more runtime state and 0.8 is the common working value"
-         if target.family == "310P" else "vLLM's default 0.9; start-up fails if free HBM is below total x utilization")
+        "as asked"
+        if util
+        else (
+            "0.8 on 310P: its LPDDR is shared with more runtime state and 0.8 is the common working value"
+            if target.family == "310P"
+            else "vLLM's default 0.9; start-up fails if free HBM is below total x utilization"
+        )
     )
     notes.explain("gpu_memory_utilization", value, why)
     return value
@@ -558,13 +579,18 @@ def _replica_layout(target: HardwareTarget, layout: _Layout, count: int) -> tupl
         for slot in range(per_node):
             if index >= count:
                 break
-            replicas.append(Replica(index, node, ids[slot * layout.chips:(slot + 1) * layout.chips]))
+            replicas.append(Replica(index, node, ids[slot * layout.chips : (slot + 1) * layout.chips]))
             index += 1
     return tuple(replicas)
 
 
 def _perf_inputs(
-    model: ModelSpec, target: HardwareTarget, workload: Workload, s: _Sizing, ev: _Evaluated, mode: str,
+    model: ModelSpec,
+    target: HardwareTarget,
+    workload: Workload,
+    s: _Sizing,
+    ev: _Evaluated,
+    mode: str,
     max_num_seqs: int,
 ) -> PerfInputs:
     return PerfInputs(
@@ -591,8 +617,13 @@ def _perf_inputs(
 
 
 def _does_not_fit(
-    model: ModelSpec, target: HardwareTarget, workload: Workload, s: _Sizing, candidates: list[_Layout],
-    required_tokens: int, c: MemoryConstants,
+    model: ModelSpec,
+    target: HardwareTarget,
+    workload: Workload,
+    s: _Sizing,
+    candidates: list[_Layout],
+    required_tokens: int,
+    c: MemoryConstants,
 ) -> PlanDoesNotFit:
     """Say what would fit: more chips, a quantization, or a shorter max_model_len."""
     arch = model.arch
@@ -604,7 +635,9 @@ def _does_not_fit(
     )
     alternatives: list[str] = []
     if best is not None and best.kv_cache_tokens >= need:
-        alternatives.append(f"a shorter --max-model-len (at most {best.kv_cache_tokens // s.block_size * s.block_size})")
+        alternatives.append(
+            f"a shorter --max-model-len (at most {best.kv_cache_tokens // s.block_size * s.block_size})"
+        )
     if target.kind == "npu":
         per_node = target.devices_per_node
         tps = valid_tp_sizes(arch, per_node)
@@ -615,8 +648,10 @@ def _does_not_fit(
                     continue
                 lay = _Layout(tp, pp_total)
                 if _budget(target, s, lay, c).kv_cache_tokens >= required_tokens:
-                    alternatives.append(f"{nodes} nodes of {target.chip.name if target.chip else 'this kind'}x{per_node} "
-                                        f"(--nodes {nodes}: TP{tp} x PP{pp_total})")
+                    alternatives.append(
+                        f"{nodes} nodes of {target.chip.name if target.chip else 'this kind'}x{per_node} "
+                        f"(--nodes {nodes}: TP{tp} x PP{pp_total})"
+                    )
                     break
             else:
                 continue
@@ -634,9 +669,7 @@ def _does_not_fit(
     return PlanDoesNotFit(problem, fix)
 
 
-def make_plan(
-    model: ModelSpec, target: HardwareTarget, workload: Workload, options: PlanOptions | None = None
-) -> Plan:
+def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, options: PlanOptions | None = None) -> Plan:
     options = options or PlanOptions()
     _check_workload(workload)
     rules = _rules(target)
@@ -711,8 +744,9 @@ def make_plan(
     elif options.kv_cache_memory_bytes is not None:
         raise BadInputError("--kv-cache-memory-bytes applies to the CPU target", "use --gpu-memory-utilization on NPUs")
 
-    sizing = _Sizing(arch, weight_bytes, act_bytes, block, utilization, batched, seq_cap, mode != "eager",
-                     moe_ep, cpu_kv)
+    sizing = _Sizing(
+        arch, weight_bytes, act_bytes, block, utilization, batched, seq_cap, mode != "eager", moe_ep, cpu_kv
+    )
     candidates = _parallel_candidates(arch, target, options)
     # Expert parallel only makes sense with more than one device holding experts.
     evaluated: list[_Evaluated] = []
@@ -736,7 +770,8 @@ def make_plan(
     if options.max_model_len is None and budget.kv_cache_tokens < wanted_len:
         fitted = max(required, budget.kv_cache_tokens // block * block)
         notes.warn(
-            f"max_model_len lowered from {wanted_len} to {fitted}: the KV cache holds only {budget.kv_cache_tokens} tokens"
+            f"max_model_len lowered from {wanted_len} to {fitted}: "
+            f"the KV cache holds only {budget.kv_cache_tokens} tokens"
         )
         wanted_len = fitted
     max_model_len = wanted_len
@@ -800,7 +835,8 @@ def make_plan(
         "enforce_eager": mode == "eager",
         "compilation_config": (
             {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)}
-            if mode == "full_decode_only" else None
+            if mode == "full_decode_only"
+            else None
         ),
         "graph_mode": mode,
         "distributed_executor_backend": "ray" if layout.chips > target.devices_per_node else None,
@@ -811,8 +847,9 @@ def make_plan(
     }
     if model.quantization and target.kind == "npu":
         notes.explain(
-            "quantization", "ascend",
-            f"{model.quantization} weights ({'from ' + model.quantization_source if model.quantization_source else ''}) "
+            "quantization",
+            "ascend",
+            f"{model.quantization} weights (from {model.quantization_source or 'the checkpoint'}) "
             "are served through vllm-ascend's ModelSlim loader, --quantization ascend",
         )
     if target.nodes > 1 and layout.chips > target.devices_per_node:
@@ -844,15 +881,24 @@ def make_plan(
 
 
 def _choose_layout(
-    model: ModelSpec, target: HardwareTarget, workload: Workload, s: _Sizing, evaluated: list[_Evaluated],
-    mode: str, seq_cap: int, need: int, block: int,
+    model: ModelSpec,
+    target: HardwareTarget,
+    workload: Workload,
+    s: _Sizing,
+    evaluated: list[_Evaluated],
+    mode: str,
+    seq_cap: int,
+    need: int,
+    block: int,
 ) -> _Evaluated:
     """Throughput: the fewest chips per instance whose KV holds its share of the workload (replicas use the rest).
     Latency: the single instance with the lowest predicted TPOT at the workload's concurrency."""
     if workload.objective == "latency":
+
         def tpot(ev: _Evaluated) -> tuple[float, int]:
             perf = predict(_perf_inputs(model, target, workload, s, ev, mode, seq_cap))
             return (round(perf.tpot_ms, 2), ev.layout.chips)
+
         within_node = [ev for ev in evaluated if ev.layout.chips <= target.devices_per_node] or evaluated
         return min(within_node, key=tpot)
     for ev in evaluated:
@@ -860,8 +906,10 @@ def _choose_layout(
         if ev.budget.kv_cache_tokens >= min(share, seq_cap) * _round_up(need, block):
             return ev
     # Nothing holds the whole share: take the layout that serves the most requests at once.
-    return max(evaluated, key=lambda ev: (ev.replicas * max_concurrency(ev.budget.kv_cache_tokens, need, block),
-                                          -ev.layout.chips))
+    return max(
+        evaluated,
+        key=lambda ev: (ev.replicas * max_concurrency(ev.budget.kv_cache_tokens, need, block), -ev.layout.chips),
+    )
 
 
 def _environment(
@@ -869,17 +917,20 @@ def _environment(
 ) -> list[EnvSetting]:
     if target.kind == "cpu":
         notes.explain(
-            "env.OMP_NUM_THREADS", None,
+            "env.OMP_NUM_THREADS",
+            None,
             "not set: on the CPU engine OpenMP threads do the model's math and vLLM binds them itself "
             "(VLLM_CPU_OMP_THREADS_BIND)",
-            "the seed sets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, right for an NPU host, crippling on the CPU engine",
+            "the seed sets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, right for an NPU host, "
+            "crippling on the CPU engine",
         )
         return []
     settings = environment_for(release, collective=layout.chips > 1, moe_ep=moe_ep, devices=None)
     for setting in settings:
         notes.explain(f"env.{setting.name}", setting.value, setting.why, setting.seed)
     mask_why = (
-        "each replica gets its own ASCEND_RT_VISIBLE_DEVICES (see replicas)" if replicas > 1
+        "each replica gets its own ASCEND_RT_VISIBLE_DEVICES (see replicas)"
+        if replicas > 1
         else "the device mask (CUDA_VISIBLE_DEVICES' analogue): the instance sees only its own NPUs"
     )
     notes.explain("env.ASCEND_RT_VISIBLE_DEVICES", None if replicas > 1 else "per plan", mask_why)
@@ -892,8 +943,12 @@ def _explain_parallelism(
     layout = ev.layout
     arch = model.arch
     if target.kind == "cpu":
-        notes.explain("tensor_parallel_size", 1, "one CPU engine process on one NUMA node",
-                      "the seed's TP=8 is for an 8-NPU server; the CPU engine plan uses one process")
+        notes.explain(
+            "tensor_parallel_size",
+            1,
+            "one CPU engine process on one NUMA node",
+            "the seed's TP=8 is for an 8-NPU server; the CPU engine plan uses one process",
+        )
         notes.explain("pipeline_parallel_size", 1, "the model fits one process")
         notes.explain("data_parallel_size", 1, "one engine")
         return
@@ -901,94 +956,137 @@ def _explain_parallelism(
     chip_name = target.chip.name if target.chip else "device"
     constraint = f"TP divides the {arch.num_attention_heads} heads and suits the {arch.num_kv_heads} KV heads"
     if workload.objective == "latency":
-        why = (f"of the splits that fit ({constraint}), the one with the lowest predicted TPOT at "
-               f"{workload.concurrency} concurrent requests: {_gb(ev.budget.weights_bytes)} of weights per device")
+        why = (
+            f"of the splits that fit ({constraint}), the one with the lowest predicted TPOT at "
+            f"{workload.concurrency} concurrent requests: {_gb(ev.budget.weights_bytes)} of weights per device"
+        )
     elif layout.tp == 1 and layout.pp == 1:
-        why = (f"{_gb(weights)} of weights fit one {_device_memory(target)} {chip_name} with "
-               f"{_gb(ev.budget.kv_budget_bytes)} left for KV: no collectives on the decode path")
+        why = (
+            f"{_gb(weights)} of weights fit one {_device_memory(target)} {chip_name} with "
+            f"{_gb(ev.budget.kv_budget_bytes)} left for KV: no collectives on the decode path"
+        )
     else:
-        why = (f"the smallest split whose {_gb(ev.budget.weights_bytes)} of weights per device plus a KV budget fit "
-               f"({constraint})")
+        why = (
+            f"the smallest split whose {_gb(ev.budget.weights_bytes)} of weights per device plus a KV budget fit "
+            f"({constraint})"
+        )
     fits_one = weights < target.memory_bytes_per_device * 0.8
     if layout.tp == SEED["tensor_parallel_size"]:
-        seed = ("the seed's tensor_parallel_size=8 agrees here"
-                + (": the latency objective buys the shortest decode step with all 8 chips" if fits_one else ""))
+        seed = "the seed's tensor_parallel_size=8 agrees here"
+        if fits_one:
+            seed = (
+                f"the seed's tensor_parallel_size=8 agrees for the latency objective only: {_gb(weights)} of "
+                f"weights fit one {_device_memory(target)} chip, so for throughput {target.devices_per_node} "
+                "independent TP=1 replicas serve more requests than one TP=8 instance"
+            )
     else:
         seed = (
             f"the seed uses tensor_parallel_size=8: for {_gb(weights)} of weights on {target.devices_per_node} x "
             f"{_device_memory(target)} chips that leaves each chip {_gb(weights / 8)} of weights and mostly idle "
             "memory, and pays two all-reduces per layer on every token; "
-            + (f"{ev.replicas} independent TP={layout.tp} replicas serve more requests" if ev.replicas > 1
-               else f"TP={layout.tp} is the better trade here")
+            + (
+                f"{ev.replicas} independent TP={layout.tp} replicas serve more requests"
+                if ev.replicas > 1
+                else f"TP={layout.tp} is the better trade here"
+            )
         )
     notes.explain("tensor_parallel_size", layout.tp, why, seed)
     notes.explain(
-        "pipeline_parallel_size", layout.pp,
-        "one stage: TP within a node holds the model" if layout.pp == 1 else
-        f"{layout.pp} stages: TP alone within a node cannot hold the weights"
+        "pipeline_parallel_size",
+        layout.pp,
+        "one stage: TP within a node holds the model"
+        if layout.pp == 1
+        else f"{layout.pp} stages: TP alone within a node cannot hold the weights"
         + (" (stages span nodes over Ray)" if layout.chips > target.devices_per_node else ""),
     )
     if ev.replicas > 1:
         notes.explain(
-            "data_parallel_size", ev.replicas,
+            "data_parallel_size",
+            ev.replicas,
             f"the model needs {layout.chips} of {target.total_devices} chips, so {ev.replicas} independent instances "
             "(one vllm serve each, own device mask and port) multiply throughput without collectives between them",
         )
     else:
         notes.explain(
-            "data_parallel_size", 1,
-            "one instance" + (": the latency objective gives it the fastest split; spare chips can run other models"
-                              if workload.objective == "latency" and layout.chips < target.total_devices else ""),
+            "data_parallel_size",
+            1,
+            "one instance"
+            + (
+                ": the latency objective gives it the fastest split; spare chips can run other models"
+                if workload.objective == "latency" and layout.chips < target.total_devices
+                else ""
+            ),
         )
     if arch.is_moe and layout.chips > 1:
         notes.explain(
-            "enable_expert_parallel", True,
+            "enable_expert_parallel",
+            True,
             f"{arch.num_experts} experts spread whole over the {layout.chips} devices instead of slicing each "
             f"expert; HCCL_BUFFSIZE={MOE_EP_HCCL_BUFFSIZE_MB} for the all-to-all",
         )
 
 
 def _explain_lengths(
-    arch: ModelArch, target: HardwareTarget, workload: Workload, max_model_len: int, batched: int,
-    options: PlanOptions, need: int, notes: _Notes,
+    arch: ModelArch,
+    target: HardwareTarget,
+    workload: Workload,
+    max_model_len: int,
+    batched: int,
+    options: PlanOptions,
+    need: int,
+    notes: _Notes,
 ) -> None:
     if options.max_model_len is not None:
         why = "as asked"
     elif target.family == "310P":
-        why = (f"explicit and modest on 310P: its attention mask is max_model_len^2 float16; {need} tokens per request "
-               "rounded up")
+        why = (
+            f"explicit and modest on 310P: its attention mask is max_model_len^2 float16; {need} tokens per request "
+            "rounded up"
+        )
     else:
-        why = (f"headroom above the workload's {need} tokens, within the model's {arch.max_position_embeddings} "
-               "positions; paged KV makes a longer limit cost nothing until used")
+        why = (
+            f"headroom above the workload's {need} tokens, within the model's {arch.max_position_embeddings} "
+            "positions; paged KV makes a longer limit cost nothing until used"
+        )
     seed = None
     if max_model_len != SEED["max_model_len"]:
         seed = f"the seed uses max_model_len=2048; {max_model_len} " + (
-            "fits this workload and model" if max_model_len >= need else "is what fits")
+            "fits this workload and model" if max_model_len >= need else "is what fits"
+        )
     notes.explain("max_model_len", max_model_len, why, seed)
     if options.max_num_batched_tokens is not None:
         bwhy = "as asked"
     elif workload.objective == "throughput":
-        bwhy = ("a large prefill chunk: prompts are processed in fewer, more efficient steps (higher throughput, "
-                "slightly longer decode steps while a chunk runs)")
+        bwhy = (
+            "a large prefill chunk: prompts are processed in fewer, more efficient steps (higher throughput, "
+            "slightly longer decode steps while a chunk runs)"
+        )
     else:
-        bwhy = ("a prefill chunk that takes the workload's prompt in one step (low TTFT) without stalling running "
-                "decodes for long")
+        bwhy = (
+            "a prefill chunk that takes the workload's prompt in one step (low TTFT) without stalling running "
+            "decodes for long"
+        )
     notes.explain(
-        "max_num_batched_tokens", batched, bwhy,
-        None if batched == SEED["max_num_batched_tokens"] else
-        f"the seed uses 4096; {batched} suits the {workload.objective} objective here",
+        "max_num_batched_tokens",
+        batched,
+        bwhy,
+        None
+        if batched == SEED["max_num_batched_tokens"]
+        else f"the seed uses 4096; {batched} suits the {workload.objective} objective here",
     )
 
 
 def _explain_memory(target: HardwareTarget, budget: MemoryBudget, kv_conc: int, need: int, notes: _Notes) -> None:
     if target.kind == "cpu":
         notes.explain(
-            "kv_cache_memory_bytes", budget.kv_budget_bytes,
+            "kv_cache_memory_bytes",
+            budget.kv_budget_bytes,
             "the CPU engine's KV budget is exactly this (--kv-cache-memory-bytes); the plan's token count is computed "
             "the way vLLM does and matches its 'KV cache size' log line",
         )
     notes.explain(
-        "memory.kv_cache_tokens", budget.kv_cache_tokens,
+        "memory.kv_cache_tokens",
+        budget.kv_cache_tokens,
         f"{_gb(budget.kv_budget_bytes)} of KV budget / {budget.kv_bytes_per_token} bytes per token, in whole blocks: "
         f"{kv_conc} concurrent {need}-token requests",
     )
@@ -999,13 +1097,17 @@ def _explain_graph(
 ) -> None:
     if mode == "full_decode_only":
         notes.explain(
-            "compilation_config", {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)},
+            "compilation_config",
+            {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)},
             f"whole decode steps replay as ACL graphs, removing most per-layer launch cost; {len(capture)} capture "
             f"sizes up to min(max_num_seqs, {MAX_CAPTURE_SIZE}) stay clear of the 207008/207005 capture errors",
         )
     elif mode == "piecewise":
-        notes.explain("compilation_config", None,
-                      f"vllm-ascend {release} predates FULL_DECODE_ONLY; its default piecewise ACL graphs are kept")
+        notes.explain(
+            "compilation_config",
+            None,
+            f"vllm-ascend {release} predates FULL_DECODE_ONLY; its default piecewise ACL graphs are kept",
+        )
     else:
         if options.enforce_eager:
             why = "as asked"

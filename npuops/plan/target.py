@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from npuops.errors import BadInputError
 from npuops.hardware.chips import ChipSpec, chip_by_name, chip_catalog
+from npuops.ranges import parse_device_list
 
 # Ascend hosts carry at most 16 devices (an A3 node shows 16 dies); more is a typo.
 _MAX_DEVICES_PER_NODE = 16
@@ -56,34 +57,6 @@ def _find_chip(name: str) -> ChipSpec | None:
     return chip
 
 
-def parse_device_list(text: str, available: int | None = None) -> tuple[int, ...]:
-    """`0-3,6` -> (0, 1, 2, 3, 6). Ids are device (Phy-)ids; `available` bounds them when known."""
-    ids: list[int] = []
-    for part in text.split(","):
-        item = part.strip()
-        match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", item)
-        if match is None:
-            raise BadInputError(
-                f"device list {text!r}: {item!r} is not a device id or a range",
-                "write ids and ranges separated by commas, e.g. 0-3,6",
-            )
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) is not None else first
-        if last < first:
-            raise BadInputError(f"device list {text!r}: range {item} runs backwards", f"write {last}-{first}")
-        ids.extend(range(first, last + 1))
-    if len(set(ids)) != len(ids):
-        raise BadInputError(f"device list {text!r} names a device twice", "list each device once")
-    if available is not None:
-        beyond = [i for i in ids if i >= available]
-        if beyond:
-            raise BadInputError(
-                f"device list {text!r}: device {beyond[0]} does not exist on a {available}-device node",
-                f"use ids 0-{available - 1}",
-            )
-    return tuple(sorted(ids))
-
-
 def _npu_target(chip: ChipSpec, count: int, nodes: int, memory_bytes: int | None, label: str) -> HardwareTarget:
     return HardwareTarget(
         kind="npu",
@@ -100,9 +73,7 @@ def _npu_target(chip: ChipSpec, count: int, nodes: int, memory_bytes: int | None
 
 def _check_counts(count: int, nodes: int, text: str) -> None:
     if not 1 <= count <= _MAX_DEVICES_PER_NODE:
-        raise BadInputError(
-            f"hardware spec {text!r}: {count} devices per node", f"use 1 to {_MAX_DEVICES_PER_NODE}"
-        )
+        raise BadInputError(f"hardware spec {text!r}: {count} devices per node", f"use 1 to {_MAX_DEVICES_PER_NODE}")
     if not 1 <= nodes <= _MAX_NODES:
         raise BadInputError(f"--nodes {nodes} is out of range", f"use 1 to {_MAX_NODES}")
 
@@ -178,9 +149,7 @@ def target_from_node(
             f"npu-smi reported {memory_bytes_per_chip} bytes of memory per chip", "check `npu-smi info`"
         )
     _check_counts(chip_count, nodes, f"{chip.name}x{chip_count}")
-    target = _npu_target(
-        chip, chip_count, nodes, memory_bytes_per_chip, f"{chip.name}x{chip_count} (this node)"
-    )
+    target = _npu_target(chip, chip_count, nodes, memory_bytes_per_chip, f"{chip.name}x{chip_count} (this node)")
     return restrict_devices(target, devices) if devices is not None else target
 
 

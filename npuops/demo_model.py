@@ -1,0 +1,221 @@
+"""A tiny Llama model made locally (no hub): the demo's and the end-to-end tests' model.
+
+`make_tiny_model(dest, seed=..., noise=...)` writes a complete Hugging Face model directory that vLLM (CPU engine)
+and transformers both load: `config.json` (LlamaConfig: hidden 64, 2 layers, 2 heads of 32, float32), random weights
+from the seed as `model.safetensors`, and a byte-level BPE tokenizer (vocab 1024) trained on deterministic generated
+text, saved as a `PreTrainedTokenizerFast` with bos/eos/pad tokens and a simple chat template. About 1 MB, a few
+seconds.
+
+- Deterministic: the same seed gives byte-identical files; the tokenizer does not depend on the seed at all, so
+  models made with different seeds or noise share it.
+- `noise > 0` adds seeded Gaussian noise to every weight tensor, of that size relative to the tensor's RMS
+  (||Δ|| / ||W|| ≈ noise): a "corrupted" copy of the seed's model, for precision checks that must fail.
+- Weights are scaled so the model's next-token distribution is peaked rather than flat (greedy decoding then has
+  clear winners, which keeps vLLM and transformers in agreement on an honest float32 run). Random weights still
+  produce gibberish, often partial UTF-8: compare token ids and logprobs, never text.
+
+torch, transformers and tokenizers are imported only inside the functions: they live in the engine venv
+(scripts/engine-venv.sh), not in npuops' own dependencies.
+
+Command line: `python -m npuops.demo_model DEST [--seed N] [--noise X]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+HIDDEN_SIZE = 64
+INTERMEDIATE_SIZE = 128
+NUM_LAYERS = 2
+NUM_HEADS = 2
+NUM_KV_HEADS = 2
+HEAD_DIM = HIDDEN_SIZE // NUM_HEADS  # 32: the CPU attention backend needs head_dim in {32, 64, 80, 96, ...}
+MAX_POSITION_EMBEDDINGS = 2048
+VOCAB_SIZE = 1024
+
+BOS_TOKEN = "<s>"
+EOS_TOKEN = "</s>"
+PAD_TOKEN = "<pad>"
+SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, PAD_TOKEN)  # ids 0, 1, 2
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+# Fixed, so every model shares one tokenizer whatever its weight seed.
+_CORPUS_SEED = 20240611
+_NOISE_SEED_OFFSET = 1_000_003
+
+_WORDS = (
+    "the a an of to in on for with by from and or but not is are was were be been has have had do does did "
+    "model engine token tokens cache block blocks memory device devices chip chips node nodes server servers "
+    "request requests batch latency throughput prompt prompts answer answers layer layers head heads weight "
+    "weights tensor tensors kernel kernels precision float half bfloat int8 quant scale error errors check "
+    "checks health ready start stop restart launch plan doctor status metrics log logs driver firmware toolkit "
+    "ascend npu cpu gpu vllm llama tiny demo test tests hello world user assistant system you we they it this "
+    "that what why how when where which who fast slow small large first last next one two three four five"
+).split()
+_PUNCT = (".", ".", ".", "?", "!", ",")
+
+
+def _corpus(n_sentences: int = 4000) -> Iterator[str]:
+    """Deterministic generated text: words, numbers, punctuation, a few chat-looking lines, some non-ASCII."""
+    rng = random.Random(_CORPUS_SEED)
+    extras = ("<|user|>", "<|assistant|>", "<|system|>", "é", "ü", "中文", "→", "°C", "{", "}", "[", "]", "=", ":")
+    for _ in range(n_sentences):
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 14))]
+        if rng.random() < 0.3:
+            words.insert(rng.randrange(len(words) + 1), str(rng.randint(0, 4096)))
+        if rng.random() < 0.15:
+            words.insert(rng.randrange(len(words) + 1), rng.choice(extras))
+        sentence = " ".join(words)
+        if rng.random() < 0.5:
+            sentence = sentence[0].upper() + sentence[1:]
+        yield sentence + rng.choice(_PUNCT)
+
+
+def _train_tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    bos_id = tok.token_to_id(BOS_TOKEN)
+    # Like Llama: encoding a prompt puts BOS in front (vLLM and transformers both tokenize through this file).
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{BOS_TOKEN} $A", pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B", special_tokens=[(BOS_TOKEN, bos_id)]
+            ),
+        ]
+    )
+    return tok
+
+
+def _init_weights(model: Any, seed: int) -> None:
+    """Overwrite every parameter from one seeded generator, in sorted name order (independent of transformers'
+    own init order). Linear weights ~ N(0, 1/fan_in) keep activations O(1); embeddings ~ N(0, 1); norms ~ 1 ± 0.1;
+    the LM head ~ N(0, 4/hidden) makes logits ~ N(0, 4): a peaked next-token distribution."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            values = torch.randn(param.shape, generator=gen, dtype=torch.float64)
+            if name.endswith("norm.weight"):
+                values = 1.0 + 0.1 * values
+            elif "embed_tokens" in name:
+                pass
+            elif name.startswith("lm_head"):
+                values = values * (2.0 / param.shape[1] ** 0.5)
+            else:
+                values = values / param.shape[-1] ** 0.5
+            param.copy_(values.to(param.dtype))
+
+
+def _add_noise(model: Any, seed: int, noise: float) -> None:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + _NOISE_SEED_OFFSET)
+    with torch.no_grad():
+        for _name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            values = param.detach().to(torch.float64)
+            rms = values.pow(2).mean().sqrt()
+            delta = torch.randn(param.shape, generator=gen, dtype=torch.float64) * (noise * rms)
+            param.copy_((values + delta).to(param.dtype))
+
+
+def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
+    """Write the tiny Llama model directory to `dest` (created if needed; files already there are overwritten)
+    and return it."""
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, not {seed}")
+    if not noise >= 0.0:  # also rejects NaN
+        raise ValueError(f"noise must be >= 0, not {noise}")
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=_train_tokenizer(),
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        model_max_length=MAX_POSITION_EMBEDDINGS,
+        clean_up_tokenization_spaces=False,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=INTERMEDIATE_SIZE,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    _init_weights(model, seed)
+    if noise > 0.0:
+        _add_noise(model, seed, noise)
+    model.eval()
+
+    model.save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m npuops.demo_model",
+        description="Create the tiny Llama model used by the demo and the end-to-end tests (no download).",
+    )
+    parser.add_argument("dest", type=Path, help="model directory to write")
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    parser.add_argument(
+        "--noise", type=float, default=0.0, help="relative Gaussian noise added to every weight (default 0: none)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        path = make_tiny_model(args.dest, seed=args.seed, noise=args.noise)
+    except ValueError as exc:
+        parser.error(str(exc))
+    except ImportError as exc:
+        print(
+            f"npuops.demo_model: {exc}; run it with the engine venv's python (scripts/engine-venv.sh)",
+            file=sys.stderr,
+        )
+        return 2
+    print(path.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Launch: render a plan into files (vLLM config, environment, systemd unit) and, later, run them."""

@@ -1,0 +1,130 @@
+"""From a plan and the operator's launch choices to the files of each instance (one per replica)."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from npuops.errors import BadInputError
+from npuops.hardware.host import CONTROL_DEVICE_NODES
+from npuops.launch.render import (
+    CONFIG_FILE,
+    ENV_FILE,
+    FILE_MODES,
+    UNIT_SUFFIX,
+    InstanceFiles,
+    RenderedFile,
+    args_to_options,
+    render_template,
+    validate_instance_name,
+)
+from npuops.plan.planner import Plan
+
+SERVICE_USER = "npuops"
+# The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
+NPU_GROUP = "HwHiAiUser"
+# Weight loading reads at a few hundred MB/s from local disk on Atlas servers; graph capture adds minutes.
+_LOAD_BYTES_PER_S = 200 * 1024 * 1024
+_BASE_START_S = 300
+_GRAPH_CAPTURE_S = 300
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    name: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    service_user: str = SERVICE_USER
+    vllm_command: tuple[str, ...] = ("/opt/npuops/venv/bin/vllm", "serve")
+    state_dir: Path = Path("/etc/npuops")
+    ascend_env: dict[str, str] = field(default_factory=dict)
+
+
+def read_api_key_file(path: Path) -> str:
+    """An API key from a file only its owner can read (it must never reach a command line)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise BadInputError(f"cannot read API key file {path}: {exc.strerror}", "create it with mode 0600") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise BadInputError(f"API key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):04o})",
+                            f"chmod 600 {path}")
+    key = path.read_text(encoding="utf-8").strip()
+    if not key or "\n" in key or any(c.isspace() for c in key):
+        raise BadInputError(f"API key file {path} must hold one key on one line", "write only the key into it")
+    return key
+
+
+def timeout_start_sec(plan: Plan) -> int:
+    weights = plan.model.weight_bytes or plan.memory.weights_bytes
+    graph = 0 if plan.config.get("enforce_eager", False) else _GRAPH_CAPTURE_S
+    return int(_BASE_START_S + graph + weights / _LOAD_BYTES_PER_S)
+
+
+def _model_argument(plan: Plan) -> str:
+    if plan.model.path is None:
+        raise BadInputError(f"{plan.model.served_name!r} is a catalog name, not a model directory",
+                            "download the weights and pass the directory to launch (plan works with either)")
+    return str(plan.model.path)
+
+
+def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
+    """Files for each replica of the plan: a vLLM config, an environment file and a systemd unit."""
+    validate_instance_name(spec.name)
+    if not 1 <= spec.port <= 65535 or spec.port + len(plan.replicas) - 1 > 65535:
+        raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
+    model_arg = _model_argument(plan)
+    instances = []
+    replicas = plan.replicas or ()
+    count = max(1, len(replicas))
+    for index in range(count):
+        replica = replicas[index] if replicas else None
+        name = spec.name if count == 1 else f"{spec.name}-r{index}"
+        port = spec.port + index
+        instance_dir = spec.state_dir / name
+        options = {"host": spec.host, "port": port, **args_to_options(plan.vllm_args)}
+
+        environment: dict[str, str] = {}
+        environment.update(spec.ascend_env)
+        environment.update(plan.env)
+        if replica is not None and plan.target.kind == "npu":
+            environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
+        # A local model directory: never reach for a hub from a production node.
+        environment["HF_HUB_OFFLINE"] = "1"
+        if spec.api_key:
+            environment["VLLM_API_KEY"] = spec.api_key
+
+        devices = list(replica.devices) if replica is not None and plan.target.kind == "npu" else []
+        device_allow = [f"/dev/davinci{d}" for d in devices]
+        if devices:
+            device_allow += [f"/dev/{n}" for n in CONTROL_DEVICE_NODES]
+        unit_vars = {
+            "name": name,
+            "served_model_name": plan.config.get("served_model_name", plan.model.served_name),
+            "service_type": "simple",
+            "service_user": spec.service_user,
+            "service_group": spec.service_user,
+            "supplementary_groups": [NPU_GROUP] if devices else [],
+            "env_file": instance_dir / ENV_FILE,
+            "working_directory": Path("/var/lib") / f"npuops-{name}",
+            "exec_start": [*spec.vllm_command, model_arg, "--config", str(instance_dir / CONFIG_FILE)],
+            "watchdog_sec": 0,
+            "timeout_start_sec": timeout_start_sec(plan),
+            "state_directory": f"npuops-{name}",
+            "read_only_paths": [],
+            # ProtectHome=yes would hide a model kept under a home directory; read-only still protects it.
+            "protect_home": "read-only" if model_arg.startswith(("/home/", "/root/", "/run/user/")) else "yes",
+            "device_allow": device_allow,
+        }
+        files = (
+            RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
+                "name": name, "serve_options": options, "hardware_label": plan.target.label}), FILE_MODES[CONFIG_FILE]),
+            RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": name, "environment": environment}),
+                         FILE_MODES[ENV_FILE]),
+            RenderedFile(f"npuops-{name}{UNIT_SUFFIX}", render_template("vllm.service.j2", unit_vars), 0o644),
+        )
+        instances.append(InstanceFiles(name, files, f"npuops-{name}{UNIT_SUFFIX}"))
+    return instances
+

@@ -1,0 +1,53 @@
+"""The human rendering of a plan: values with reasons, the memory budget, the prediction, warnings."""
+
+from __future__ import annotations
+
+from npuops.plan.planner import Plan
+from npuops.textout import human_bytes, table
+
+
+def render_plan_text(plan: Plan) -> str:
+    data = plan.to_json()
+    out: list[str] = []
+    model = data["model"]
+    out.append(f"Plan for {model['name']} on {data['hardware']['label']}")
+    w = data["workload"]
+    rate = f", {w['request_rate']} req/s" if w["request_rate"] else ""
+    out.append(f"  workload: input {w['input_len']}, output {w['output_len']}, concurrency {w['concurrency']}"
+               f"{rate}, objective {w['objective']}")
+    out.append("")
+    rows = []
+    for e in data["explanations"]:
+        value = e["value"]
+        text = value if isinstance(value, str) else str(value)
+        rows.append([e["key"], text[:40], e["why"]])
+    out.append(table(["setting", "value", "why"], rows))
+    seeds = [e for e in data["explanations"] if e.get("seed")]
+    if seeds:
+        out.append("\nWhere this differs from the seed document's advice:")
+        for e in seeds:
+            out.append(f"  - {e['key']}: {e['seed']}")
+    if data["env"]:
+        out.append("\nEnvironment:")
+        for key, value in data["env"].items():
+            out.append(f"  {key}={value}")
+    if len(data["replicas"]) > 1:
+        out.append(f"\nReplicas: {len(data['replicas'])} independent instances")
+        for r in data["replicas"]:
+            out.append(f"  replica {r['index']} (node {r['node']}): ASCEND_RT_VISIBLE_DEVICES={r['visible_devices']}")
+    m = data["memory"]
+    out.append("\nMemory per device:")
+    out.append(f"  device {human_bytes(m['device_bytes'])}, usable {human_bytes(m['usable_bytes'])}: "
+               f"weights {human_bytes(m['weights_bytes_per_device'])}, activations {human_bytes(m['activation_bytes'])}, "
+               f"graphs {human_bytes(m['graph_bytes'])}, runtime {human_bytes(m['runtime_bytes'])}, "
+               f"KV cache {human_bytes(m['kv_budget_bytes'])}")
+    out.append(f"  KV cache: {m['kv_cache_tokens']} tokens at {m['kv_cache_bytes_per_token']} bytes per token; "
+               f"{m['max_concurrency']} concurrent requests of {w['input_len'] + w['output_len']} tokens")
+    p = data["prediction"]
+    out.append(f"\nPredicted: TTFT {p['ttft_ms']} ms, TPOT {p['tpot_ms']} ms, "
+               f"{p['output_tokens_per_s']} output tokens/s in total")
+    if data["warnings"]:
+        out.append("\nWarnings:")
+        for warning in data["warnings"]:
+            out.append(f"  ! {warning}")
+    return "\n".join(out)

@@ -1,0 +1,66 @@
+"""The built wheel carries templates/, playbooks/ and checks/, and commands find them outside the repo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    dist = work / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)],
+                   check=True, cwd=work, timeout=600)
+    (wheel,) = dist.glob("npuops-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for shipped in ("npuops/templates/", "npuops/playbooks/", "npuops/checks/", "npuops/data/chips.toml",
+                    "npuops/checks/docs/driver-installed.md"):
+        assert any(n.startswith(shipped) for n in names), f"{shipped} missing from {wheel.name}"
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,
+                   cwd=work, timeout=900)
+    return venv
+
+
+def _run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env["NPUOPS_ASCEND_ROOT"] = "/nonexistent/Ascend"
+    # Run from a directory outside the repo, so nothing can be found by accident in the checkout.
+    return subprocess.run([str(venv / "bin" / "npuops"), *args], capture_output=True, text=True, env=env,
+                          cwd=venv, timeout=300, check=False)
+
+
+def test_installed_package_is_the_wheel_not_the_checkout(wheel_venv: Path) -> None:
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
+                          "import npuops, npuops.checks; print(npuops.__file__); print(list(npuops.checks.__path__)[0])"],
+                         capture_output=True, text=True, cwd=wheel_venv, check=True).stdout.split()
+    assert all("site-packages" in p and str(REPO) not in p for p in out)
+
+
+def test_node_runs_from_the_wheel(wheel_venv: Path) -> None:
+    proc = _run(wheel_venv, "node", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["npu"]["found"] is False
+
+
+def test_checks_are_found_from_the_wheel(wheel_venv: Path) -> None:
+    listed = _run(wheel_venv, "doctor", "--list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    ids = {c["id"] for c in json.loads(listed.stdout)}
+    from npuops.doctor.registry import discover_checks
+
+    assert ids == {c.id for c in discover_checks()}  # every check in checks/ shipped
+    page = _run(wheel_venv, "doctor", "--explain", "driver-installed")
+    assert page.returncode == 0 and page.stdout.startswith("# driver-installed")
