@@ -214,10 +214,11 @@ class HbmFree(Check):
             headroom = min(m.free_mb / m.total_mb for m in measured)
             lines = []
             for m in short:
-                held = (f"held by {_describe_processes(m.processes)}" if m.processes else
-                        "npu-smi lists no process on it (one in another container, or memory a crashed process left)")
+                holder = (f"held by {_describe_processes(m.processes)}" if m.processes else
+                          "npu-smi lists no process on it (one in another container, or memory a crashed process "
+                          "left)")
                 lines.append(f"{chip_label(m.chip)}: {m.free_mb} MB free of {m.total_mb} MB, a launch at "
-                             f"gpu_memory_utilization {utilization:g} needs {m.need_mb} MB; {held}")
+                             f"gpu_memory_utilization {utilization:g} needs {m.need_mb} MB; {holder}")
             pids = sorted({p.pid for m in short for p in m.processes})
             steps = []
             if pids:
@@ -235,12 +236,12 @@ class HbmFree(Check):
             return Result.fail("; ".join(lines),
                                "; ".join(steps) + " (vLLM refuses to start: \"Free memory on device ... is less "
                                "than desired GPU memory utilization\")", **evidence)
-        held = [m for m in measured if m.processes]
-        if held:
-            listing = "; ".join(f"{chip_label(m.chip)}: {_describe_processes(m.processes)}" for m in held)
-            pids = " ".join(str(p.pid) for m in held for p in m.processes)
-            return Result.warn(f"other processes hold device memory, but the launch still fits: {listing}",
-                               f"if they are leftovers, stop them (`kill {pids}`); otherwise they compete with the "
+        shared = [m for m in measured if m.processes]
+        if shared:
+            holders = "; ".join(f"{chip_label(m.chip)}: {_describe_processes(m.processes)}" for m in shared)
+            kill = " ".join(str(p.pid) for m in shared for p in m.processes)
+            return Result.warn(f"other processes hold device memory, but the launch still fits: {holders}",
+                               f"if they are leftovers, stop them (`kill {kill}`); otherwise they compete with the "
                                "engine for memory and compute", **evidence)
         tightest = min(measured, key=lambda m: m.free_mb - m.need_mb)
         return Result.passed(f"{len(measured)} chip(s) free for a launch at gpu_memory_utilization {utilization:g} "

@@ -24,7 +24,7 @@ def _where(ctx: CheckContext) -> str:
 
 def _how_to_set(ctx: CheckContext, assignments: str) -> str:
     if ctx.options.env_file:
-        return f"add {assignments} to {ctx.options.env_file} (or re-render it with `npuops launch`)"
+        return f"set {assignments} in {ctx.options.env_file} (or re-render it with `npuops launch`)"
     return f"export {assignments} in the environment the service starts from"
 
 
@@ -216,16 +216,16 @@ class AllocConf(Check):
         clashing = [k for k in _NOT_WITH_EXPANDABLE if k in options]
         if expandable and clashing:
             keep = ",".join(f"{k}:{v}" for k, v in options.items() if k not in clashing)
-            return Result.fail(f"PYTORCH_NPU_ALLOC_CONF mixes expandable_segments:True with {', '.join(clashing)}",
-                               _how_to_set(ctx, f"PYTORCH_NPU_ALLOC_CONF={keep}") + f" (drop {', '.join(clashing)}: "
-                               "expandable segments are never split)", clashing=clashing, **evidence)
+            return Result.fail(f"PYTORCH_NPU_ALLOC_CONF mixes expandable_segments:True with {', '.join(clashing)} "
+                               "(an expandable segment is never split)", f"drop {', '.join(clashing)}: "
+                               + _how_to_set(ctx, f"PYTORCH_NPU_ALLOC_CONF={keep}"), clashing=clashing, **evidence)
         if malformed:
             return Result.warn(f"PYTORCH_NPU_ALLOC_CONF has items that are not key:value: {', '.join(malformed)}",
                                f"write each option as key:value, e.g. {RECOMMENDED_ALLOC_CONF}", malformed=malformed,
                                **evidence)
         if not expandable:
             why = f" ({', '.join(clashing)} set instead)" if clashing else ""
+            drop = f"drop {', '.join(clashing)}: " if clashing else ""
             return Result.warn(f"PYTORCH_NPU_ALLOC_CONF={value} does not enable expandable_segments{why}",
-                               _how_to_set(ctx, f"PYTORCH_NPU_ALLOC_CONF={RECOMMENDED_ALLOC_CONF}") +
-                               (f" and drop {', '.join(clashing)}" if clashing else ""), **evidence)
+                               drop + _how_to_set(ctx, f"PYTORCH_NPU_ALLOC_CONF={RECOMMENDED_ALLOC_CONF}"), **evidence)
         return Result.passed(f"PYTORCH_NPU_ALLOC_CONF={value}", **evidence)

@@ -136,7 +136,8 @@ class HccnNetHealthy(Check):
                                 for c, h in broken)
             return Result.fail(f"NPU NIC health check failing: {listing}",
                                "check what each NIC probes (`hccn_tool -i N -netdetect -g`), its address "
-                               "(`-ip -g`), gateway (`-gateway -g`) and route (`-route -g`), and that the peer answers; "
+                               "(`-ip -g`), gateway (`-gateway -g`) and route (`-route -g`), and that the peer "
+                               "answers; "
                                "set addresses with `hccn_tool -i N -ip -s address A netmask M` (kept in "
                                "/etc/hccn.conf)", **evidence)
         if pending:

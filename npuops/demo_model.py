@@ -23,6 +23,7 @@ Command line: `python -m npuops.demo_model DEST [--seed N] [--noise X]`.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from collections.abc import Iterator, Sequence
@@ -55,7 +56,7 @@ CHAT_TEMPLATE = (
 _CORPUS_SEED = 20240611
 _NOISE_SEED_OFFSET = 1_000_003
 
-_WORDS = (
+_WORD_TEXT = (
     "the a an of to in on for with by from and or but not is are was were be been has have had do does did "
     "model engine token tokens cache block blocks memory device devices chip chips node nodes server servers "
     "request requests batch latency throughput prompt prompts answer answers layer layers head heads weight "
@@ -63,13 +64,14 @@ _WORDS = (
     "checks health ready start stop restart launch plan doctor status metrics log logs driver firmware toolkit "
     "ascend npu cpu gpu vllm llama tiny demo test tests hello world user assistant system you we they it this "
     "that what why how when where which who fast slow small large first last next one two three four five"
-).split()
+)
+_WORDS = tuple(_WORD_TEXT.split())
 _PUNCT = (".", ".", ".", "?", "!", ",")
 
 
 def _corpus(n_sentences: int = 4000) -> Iterator[str]:
     """Deterministic generated text: words, numbers, punctuation, a few chat-looking lines, some non-ASCII."""
-    rng = random.Random(_CORPUS_SEED)
+    rng = random.Random(_CORPUS_SEED)  # noqa: S311 - reproducible text, not cryptography
     extras = ("<|user|>", "<|assistant|>", "<|system|>", "é", "ü", "中文", "→", "°C", "{", "}", "[", "]", "=", ":")
     for _ in range(n_sentences):
         words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 14))]
@@ -84,7 +86,14 @@ def _corpus(n_sentences: int = 4000) -> Iterator[str]:
 
 
 def _train_tokenizer() -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (  # type: ignore[import-not-found]
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -113,7 +122,7 @@ def _init_weights(model: Any, seed: int) -> None:
     """Overwrite every parameter from one seeded generator, in sorted name order (independent of transformers'
     own init order). Linear weights ~ N(0, 1/fan_in) keep activations O(1); embeddings ~ N(0, 1); norms ~ 1 ± 0.1;
     the LM head ~ N(0, 4/hidden) makes logits ~ N(0, 4): a peaked next-token distribution."""
-    import torch
+    import torch  # type: ignore[import-not-found]
 
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -131,7 +140,7 @@ def _init_weights(model: Any, seed: int) -> None:
 
 
 def _add_noise(model: Any, seed: int, noise: float) -> None:
-    import torch
+    import torch  # type: ignore[import-not-found]
 
     gen = torch.Generator().manual_seed(seed + _NOISE_SEED_OFFSET)
     with torch.no_grad():
@@ -150,8 +159,8 @@ def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
     if not noise >= 0.0:  # also rejects NaN
         raise ValueError(f"noise must be >= 0, not {noise}")
 
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    import torch  # type: ignore[import-not-found]
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # type: ignore[import-not-found]
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -189,7 +198,18 @@ def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
 
     model.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
+    # transformers writes model.safetensors 0600; a service user (not the one who made the model) must read it.
+    mode = 0o666 & ~_umask()
+    for path in dest.iterdir():
+        if path.is_file():
+            path.chmod(mode)
     return dest
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--noise", type=float, default=0.0, help="relative Gaussian noise added to every weight (default 0: none)"
     )
     args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         path = make_tiny_model(args.dest, seed=args.seed, noise=args.noise)
     except ValueError as exc:

@@ -7,6 +7,7 @@ os.environ itself, so tests build a Settings with exactly the world they want.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -162,10 +163,12 @@ def load_settings(
         if name == "config":  # NPUOPS_CONFIG names a file, handled by the CLI
             continue
         if name not in _CONFIGURABLE:
-            raise ConfigError(
-                f"environment variable {key} is not an npuops setting",
-                f"unset it, or use one of: {', '.join(ENV_PREFIX + n.upper() for n in sorted(_CONFIGURABLE))}",
-            )
+            # Other tools (test harnesses, scripts) use NPUOPS_* too; only a near miss of a setting is a typo.
+            close = difflib.get_close_matches(name, list(_CONFIGURABLE), n=1, cutoff=0.8)
+            if close:
+                raise ConfigError(f"environment variable {key} is not an npuops setting",
+                                  f"did you mean {ENV_PREFIX}{close[0].upper()}?")
+            continue
         merged[name] = _coerce(name, raw, f"environment {key}")
     for name, value in (flags or {}).items():
         if value is not None:

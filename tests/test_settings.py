@@ -80,3 +80,9 @@ def test_search_path_appends_vendor_tool_dirs() -> None:
     s = Settings(environ={"PATH": "/usr/bin:/bin"})
     assert s.search_path().split(":")[:2] == ["/usr/bin", "/bin"]
     assert "/usr/local/Ascend/driver/tools" in s.search_path().split(":")
+
+
+def test_other_tools_npuops_variables_are_ignored(tmp_path: Path) -> None:
+    s = load_settings({"NPUOPS_REFRESH_GOLDEN": "1", "NPUOPS_ENGINE_PYTHON": "/x"}, home=tmp_path,
+                      system_config=tmp_path / "none")
+    assert s.ascend_root == Path("/usr/local/Ascend")

@@ -321,8 +321,8 @@ ImportError: libatb.so: cannot open shared object file: No such file or director
 """
 
 # vllm-ascend#117 (a torch_npu daily build against another NNAL/ATB).
-UNDEFINED_ATB_SYMBOL = """  File "/usr/local/python3.10.14/lib/python3.10/site-packages/torch_npu/utils/__init__.py", line 1, \
-in <module>
+UNDEFINED_ATB_SYMBOL = """  File "/usr/local/python3.10.14/lib/python3.10/site-packages/torch_npu/utils/__init__.py", \
+line 1, in <module>
     from torch_npu import _C
 ImportError: /usr/local/python3.10.14/lib/python3.10/site-packages/torch_npu/lib/libtorch_npu.so: undefined symbol: \
 _ZN3atb15CreateOperationINS_5infer14GroupTopkParamEEEiRKT_PPNS_9OperationE
@@ -330,8 +330,9 @@ _ZN3atb15CreateOperationINS_5infer14GroupTopkParamEEEiRKT_PPNS_9OperationE
 
 # Ascend/pytorch#35 (torch and torch_npu from different builds).
 UNDEFINED_TORCH_SYMBOL = ("WARNING: command error: 'Failed to import transformers.optimization because of the "
-                          "following error (look up to see its traceback):\n/home/ma-user/anaconda3/envs/PyTorch-2.1.0/lib/"
-                          "python3.9/site-packages/torch_npu/lib/libtorch_npu.so: undefined symbol: "
+                          "following error (look up to see its traceback):\n"
+                          "/home/ma-user/anaconda3/envs/PyTorch-2.1.0/lib/python3.9/site-packages/torch_npu/lib/"
+                          "libtorch_npu.so: undefined symbol: "
                           "_ZN5torch10ValueErrorC1EPKcz'!\n")
 
 # vllm-ascend's assertion with the A2 PyPI wheel on an A3 node.
