@@ -36,9 +36,9 @@ def capture_set_env(probe: Probe, scripts: Sequence[str]) -> tuple[dict[str, str
     if not scripts:
         return {}, None
     host_scripts = [str(probe.settings.host_path(s)) for s in scripts]
-    base = probe.runner.run(["bash", "--noprofile", "--norc", "-c", _SOURCE_ALL, "npuops"],
+    base = probe.runner.run(["/bin/bash", "--noprofile", "--norc", "-c", _SOURCE_ALL, "npuops"],
                             timeout=probe.settings.command_timeout_s, env=_CLEAN_ENV)
-    after = probe.runner.run(["bash", "--noprofile", "--norc", "-c", _SOURCE_ALL, "npuops", *host_scripts],
+    after = probe.runner.run(["/bin/bash", "--noprofile", "--norc", "-c", _SOURCE_ALL, "npuops", *host_scripts],
                              timeout=probe.settings.command_timeout_s, env=_CLEAN_ENV)
     if not base.ok:
         return {}, base.describe()

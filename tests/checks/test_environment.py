@@ -266,7 +266,7 @@ def test_alloc_conf_mixing_fails_and_says_what_to_keep(fake_root: Path, tmp_path
     assert result.status is Status.FAIL
     assert result.message.startswith("PYTORCH_NPU_ALLOC_CONF mixes expandable_segments:True with max_split_size_mb")
     assert result.remediation is not None
-    assert result.remediation.startswith("drop max_split_size_mb: set PYTORCH_NPU_ALLOC_CONF=expandable_segments:True in")
+    assert result.remediation.startswith("drop max_split_size_mb: set PYTORCH_NPU_ALLOC_CONF=expandable_segments:True")
     assert result.evidence["clashing"] == ["max_split_size_mb"]
 
 
