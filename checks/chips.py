@@ -164,7 +164,8 @@ def _processes_on(chip: Chip, processes: Sequence[NpuSmiProcess]) -> tuple[NpuSm
 
 
 def _describe_processes(processes: Sequence[NpuSmiProcess]) -> str:
-    return ", ".join(f"pid {p.pid} {p.name or '(no name shown)'} ({p.memory_mb} MB)" for p in processes)
+    # 310P tables in containers leave the name empty; the pid and the memory still identify the process.
+    return ", ".join(f"pid {p.pid}{' ' + p.name if p.name else ''} ({p.memory_mb} MB)" for p in processes)
 
 
 class HbmFree(Check):
@@ -231,7 +232,7 @@ class HbmFree(Check):
                              f"reset the idle chip (`npu-smi set -t reset -i {c.smi.npu_id} -c {c.smi.chip_id}`)")
             steps.append("launch on other chips (`--devices`)")
             fitting = math.floor(headroom * 100) / 100
-            if fitting > 0:
+            if fitting >= float(ctx.threshold("hbm_suggest_utilization_min")):
                 steps.append(f"or lower --gpu-memory-utilization to {fitting:.2f} or less")
             return Result.fail("; ".join(lines),
                                "; ".join(steps) + " (vLLM refuses to start: \"Free memory on device ... is less "

@@ -64,3 +64,16 @@ def test_checks_are_found_from_the_wheel(wheel_venv: Path) -> None:
     assert ids == {c.id for c in discover_checks()}  # every check in checks/ shipped
     page = _run(wheel_venv, "doctor", "--explain", "driver-installed")
     assert page.returncode == 0 and page.stdout.startswith("# driver-installed")
+
+
+def test_every_python_package_is_listed_for_the_wheel() -> None:
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {"npuops." + p.parent.relative_to(REPO / "npuops").as_posix().replace("/", ".")
+               for p in (REPO / "npuops").rglob("__init__.py") if p.parent != REPO / "npuops"}
+    assert on_disk | {"npuops"} <= listed, on_disk - listed
