@@ -313,6 +313,8 @@ class PlaybookRun:
     run_data: Mapping[str, Any] = field(default_factory=dict)
     # Ansible's own errors outside tasks (see `ansible_errors`).
     errors: tuple[str, ...] = ()
+    # A play whose host pattern matched no host in the inventory (with --limit applied).
+    no_hosts_matched: bool = False
     events: tuple[PlaybookEvent, ...] = ()
 
     @property
@@ -356,6 +358,7 @@ class EventCollector:
         self.errors: list[str] = []
         self.final_stats: Mapping[str, HostStats] | None = None
         self.run_data: dict[str, Any] = {}
+        self.no_hosts_matched = False
         self._seen_hosts: list[str] = []
         self._counts: dict[str, dict[str, int]] = {}
         self._failures: dict[str, list[HostFailure]] = {}
@@ -363,6 +366,8 @@ class EventCollector:
 
     def add(self, raw: Mapping[str, Any]) -> PlaybookEvent | None:
         self.errors.extend(ansible_errors(raw))
+        if raw.get("event") == "playbook_on_no_hosts_matched":
+            self.no_hosts_matched = True
         if raw.get("event") == "playbook_on_stats":
             data = raw.get("event_data")
             artifact_data = data.get("artifact_data") if isinstance(data, Mapping) else None
@@ -430,7 +435,7 @@ class EventCollector:
     def finish(self, *, playbook: Path, rc: int, status: str, artifacts: Path, duration_s: float) -> PlaybookRun:
         return PlaybookRun(playbook=playbook, rc=rc, status=status, hosts=self.hosts(), artifacts=artifacts,
                            duration_s=duration_s, run_data=dict(self.run_data), errors=tuple(self.errors),
-                           events=tuple(self.events))
+                           no_hosts_matched=self.no_hosts_matched, events=tuple(self.events))
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -640,6 +645,9 @@ def run_playbook(
                 timeout=max(1, math.ceil(timeout_s)) if timeout_s else None,
                 suppress_env_files=True,
                 quiet=True,
+                # ansible-runner looks at cancel and timeout only when its wait for output times out
+                # (5 s by default): a second keeps a failed display or a timeout from lingering.
+                settings={"pexpect_timeout": 1},
                 event_handler=handle,
                 cancel_callback=lambda: bool(handler_error),
             )
@@ -654,12 +662,14 @@ def run_playbook(
                            status=str(result.status), artifacts=artifacts,
                            duration_s=time.monotonic() - started)
     if not run.hosts and run.status not in ("timeout", "canceled"):
-        _raise_for_hostless(run, limit, inventory if isinstance(inventory, Path) else None)
+        _raise_for_hostless(run, limit, tags, inventory if isinstance(inventory, Path) else None)
     return run
 
 
-def _raise_for_hostless(run: PlaybookRun, limit: str | None, inventory: Path | None) -> None:
-    """A run that reached no host is never what the caller wanted: say why in one line."""
+def _raise_for_hostless(run: PlaybookRun, limit: str | None, tags: Sequence[str] | None,
+                        inventory: Path | None) -> None:
+    """A run that reached no host because of its inputs is not what the caller wanted: say why in
+    one line. (A playbook with nothing to do for anyone is left alone.)"""
     where = f"see {run.artifacts / 'stdout'}"
     if run.errors and inventory is not None and "inventory was parsed" in run.errors[0]:
         raise BadInputError(f"Ansible could not parse the inventory {inventory}",
@@ -670,6 +680,10 @@ def _raise_for_hostless(run: PlaybookRun, limit: str | None, inventory: Path | N
         raise EnvironmentMissingError("ansible-playbook could not be started (rc 127)", where)
     if run.rc != 0:
         raise BadInputError(f"ansible-playbook failed before running any task (rc {run.rc})", where)
-    scope = f" with --limit {limit}" if limit else ""
-    raise BadInputError(f"no host in the inventory{scope} matches the hosts of {run.playbook.name}",
-                        "check the inventory's groups and the --limit pattern (`ansible-inventory --graph -i ...`)")
+    if run.no_hosts_matched:
+        scope = f" with --limit {limit}" if limit else ""
+        raise BadInputError(f"no host in the inventory{scope} matches the hosts of {run.playbook.name}",
+                            "check the inventory's groups and the --limit pattern (`ansible-inventory --graph -i ...`)")
+    if tags:
+        raise BadInputError(f"no task of {run.playbook.name} has the tags {','.join(tags)}",
+                            f"list the playbook's tags with `ansible-playbook --list-tags {run.playbook}`")

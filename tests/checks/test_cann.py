@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from npuops.checks.cann import CannKernels, CannToolkit, DriverCannCompat, NnalVersion, min_driver_for, same_version
+
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
@@ -66,7 +66,9 @@ def cann85(root: Path, ops_package: str | None = "Ascend-cann-910b-ops") -> None
 
 
 def context(root: Path, smi: str | None = A2_SMI, machine: str = "aarch64") -> CheckContext:
-    answers = {} if smi is None else {("npu-smi", "info"): (0, capture(smi), "")}
+    answers: dict[tuple[str, ...], tuple[int, str, str]] = {}
+    if smi is not None:
+        answers[("npu-smi", "info")] = (0, capture(smi), "")
     probe = Probe(Settings(root=root), runner=FakeRunner(answers, passthrough_python=False), machine=lambda: machine)
     return CheckContext(probe)
 

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from npuops.checks.chips import (
     ChipEcc,
     ChipHealth,
@@ -20,6 +19,7 @@ from npuops.checks.chips import (
     classify_health,
     ecc_counts,
 )
+
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
@@ -304,7 +304,7 @@ def _ecc_key(npu: int, chip: int = 0) -> tuple[str, ...]:
 
 
 def test_ecc_zero_counts_pass(fake_root: Path) -> None:
-    answers = {("npu-smi", "info", "-t", "ecc"): (0, capture(ECC), "")}
+    answers: Answers = {("npu-smi", "info", "-t", "ecc"): (0, capture(ECC), "")}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.PASS and "no ECC errors" in result.message
 
@@ -312,8 +312,9 @@ def test_ecc_zero_counts_pass(fake_root: Path) -> None:
 def test_ecc_double_bit_fails_single_bit_warns(fake_root: Path) -> None:
     text = capture(ECC)
     # Derived from the vendor sample: one count changed from 0.
-    double = derived(text, "Double-bit Error Count                   : 0", "Double-bit Error Count                   : 2")
-    single = derived(text, "Single-bit Error Count                   : 0", "Single-bit Error Count                   : 7")
+    pad = " " * 19  # the capture's alignment
+    double = derived(text, f"Double-bit Error Count{pad}: 0", f"Double-bit Error Count{pad}: 2")
+    single = derived(text, f"Single-bit Error Count{pad}: 0", f"Single-bit Error Count{pad}: 7")
     answers = {_ecc_key(4): (0, double, ""), _ecc_key(5): (0, single, "")}
     answers |= {_ecc_key(n): (0, text, "") for n in (6, 7)}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
@@ -342,7 +343,7 @@ def test_ecc_counts_read_the_hbm_spelling_of_a2_servers() -> None:
 
 def test_ecc_na_counts_skip(fake_root: Path) -> None:
     na = capture(ECC).replace(": 0", ": NA")
-    answers = {("npu-smi", "info", "-t", "ecc"): (0, na, "")}
+    answers: Answers = {("npu-smi", "info", "-t", "ecc"): (0, na, "")}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.SKIP and "NA" in result.message
 
