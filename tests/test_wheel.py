@@ -43,8 +43,8 @@ def _run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_installed_package_is_the_wheel_not_the_checkout(wheel_venv: Path) -> None:
-    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
-                          "import npuops, npuops.checks; print(npuops.__file__); print(list(npuops.checks.__path__)[0])"],
+    script = "import npuops, npuops.checks; print(npuops.__file__); print(list(npuops.checks.__path__)[0])"
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", script],
                          capture_output=True, text=True, cwd=wheel_venv, check=True).stdout.split()
     assert all("site-packages" in p and str(REPO) not in p for p in out)
 

@@ -24,7 +24,7 @@ from npuops.errors import NotYetError, UsageError
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Directory for --dry-run files.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was rendered as JSON.")
 @click.pass_context
-def launch(ctx: click.Context, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
+def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
            dry_run: bool, output: Path | None, as_json: bool, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 

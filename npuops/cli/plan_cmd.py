@@ -13,7 +13,7 @@ from npuops.cli.plan_options import make_plan_from_flags, plan_flags
 @plan_flags
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.pass_context
-def plan(ctx: click.Context, as_json: bool, **flags: Any) -> None:
+def plan(ctx: click.Context, /, as_json: bool, **flags: Any) -> None:
     """Work out a tuned, explained vLLM configuration for MODEL (a model directory or a catalog name).
 
     Nothing is started: `npuops launch` runs a plan.

@@ -578,6 +578,11 @@ def run_playbook(
     Expected problems (bad inventory, unknown playbook, missing ansible-playbook, a limit that
     matches nothing, a playbook Ansible rejects) raise NpuopsError with the problem and the fix.
     Failed and unreachable hosts do not raise: they are in the result.
+
+    `timeout_s` bounds the whole run (status "timeout"); ansible-runner then kills ansible-playbook,
+    but a module already running on a host (localhost included) finishes by itself, so a playbook
+    bounds its own long tasks with the `timeout:` task keyword. If `on_event` raises, the run is
+    cancelled and the exception re-raised once ansible-playbook has stopped.
     """
     playbook_path = resolve_playbook(playbook)
     extravars = dict(extravars or {})

@@ -21,11 +21,11 @@ from npuops.plan.planner import (
 from npuops.plan.target import (
     HardwareTarget,
     cpu_target,
-    parse_device_list,
     parse_hardware_spec,
     restrict_devices,
     target_from_node,
 )
+from npuops.ranges import parse_device_list
 
 __all__ = [
     "CatalogEntry",

@@ -38,7 +38,8 @@ def render_plan_text(plan: Plan) -> str:
     m = data["memory"]
     out.append("\nMemory per device:")
     out.append(f"  device {human_bytes(m['device_bytes'])}, usable {human_bytes(m['usable_bytes'])}: "
-               f"weights {human_bytes(m['weights_bytes_per_device'])}, activations {human_bytes(m['activation_bytes'])}, "
+               f"weights {human_bytes(m['weights_bytes_per_device'])}, "
+               f"activations {human_bytes(m['activation_bytes'])}, "
                f"graphs {human_bytes(m['graph_bytes'])}, runtime {human_bytes(m['runtime_bytes'])}, "
                f"KV cache {human_bytes(m['kv_budget_bytes'])}")
     out.append(f"  KV cache: {m['kv_cache_tokens']} tokens at {m['kv_cache_bytes_per_token']} bytes per token; "

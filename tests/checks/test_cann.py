@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from npuops.checks.cann import CannKernels, CannToolkit, DriverCannCompat, NnalVersion, min_driver_for, same_version
 
+from npuops.checks.cann import CannKernels, CannToolkit, DriverCannCompat, NnalVersion, min_driver_for, same_version
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks

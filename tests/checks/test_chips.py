@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from npuops.checks.chips import (
     ChipEcc,
     ChipHealth,
@@ -19,7 +20,6 @@ from npuops.checks.chips import (
     classify_health,
     ecc_counts,
 )
-
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from npuops.checks.environment import AllocConf, AscendEnv, LaunchBlockingGraph, ThreadLimits, parse_alloc_conf
 
+from npuops.checks.environment import AllocConf, AscendEnv, LaunchBlockingGraph, ThreadLimits, parse_alloc_conf
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks

@@ -8,6 +8,7 @@ import resource
 from pathlib import Path
 
 import pytest
+
 from npuops.checks import host as host_checks
 from npuops.checks.host import (
     CpuGovernor,
@@ -20,7 +21,6 @@ from npuops.checks.host import (
     Swappiness,
     model_weights,
 )
-
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-from npuops.checks.network import HccnIpConfigured, HccnLinkUp, HccnNetHealthy
 
+from npuops.checks.network import HccnIpConfigured, HccnLinkUp, HccnNetHealthy
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from npuops.checks.stack import (
     IMPORT_SCRIPT,
     PythonVersion,
@@ -22,7 +23,6 @@ from npuops.checks.stack import (
     load_compat,
     public_version,
 )
-
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks

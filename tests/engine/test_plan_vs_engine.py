@@ -29,7 +29,8 @@ def test_rendered_config_starts_the_engine_and_kv_tokens_match_the_plan(
     port = free_port()
     proc = subprocess.run(
         [sys.executable, "-m", "npuops", "launch", str(tiny_model), "--hardware", "cpu", "--dtype", "float32",
-         "--max-model-len", "512", "--input-len", "128", "--output-len", "32", "--enforce-eager", "--kv-cache-memory-bytes", str(KV_BYTES),
+         "--max-model-len", "512", "--input-len", "128", "--output-len", "32",
+         "--enforce-eager", "--kv-cache-memory-bytes", str(KV_BYTES),
          "--name", "tiny", "--port", str(port), "--vllm", str(Path(engine_python).parent / "vllm"),
          "--dry-run", "--output", str(out), "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=120, check=False)

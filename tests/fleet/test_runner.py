@@ -158,9 +158,10 @@ def test_failing_event_handler_stops_the_run(artifacts: Path, tmp_path: Path) ->
     with pytest.raises(RuntimeError, match="display broke"):
         run_playbook(str(PLAYBOOKS / "slow.yml"), inventory=["localhost"], artifacts_dir=artifacts,
                      extravars={"npuops_test_file": str(target)}, on_event=explode)
-    # Cancelled during the 30 s task instead of running on without anyone watching.
-    assert time.monotonic() - started < 20
+    # Cancelled during the 10 s task instead of running on without anyone watching: the last task
+    # never ran. (ansible-runner notices within its 1 s poll, then waits up to 5 s for the pty to close.)
     assert not target.exists()
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.slow

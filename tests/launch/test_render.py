@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.launch.instance import LaunchSpec, read_api_key_file, render_instances
 from npuops.launch.render import env_quote, render_template, systemd_quote, write_instance_files
-from npuops.envfile import parse_env_file
 from npuops.plan.model import load_model
 from npuops.plan.planner import PlanOptions, Workload, make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
