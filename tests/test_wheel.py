@@ -77,3 +77,14 @@ def test_every_python_package_is_listed_for_the_wheel() -> None:
     on_disk = {"npuops." + p.parent.relative_to(REPO / "npuops").as_posix().replace("/", ".")
                for p in (REPO / "npuops").rglob("__init__.py") if p.parent != REPO / "npuops"}
     assert on_disk | {"npuops"} <= listed, on_disk - listed
+
+
+def test_templates_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((REPO / "tests/fixtures/models/qwen3-8b/config.json").read_text())
+    proc = _run(wheel_venv, "launch", str(model), "--hardware", "910B3x4", "--dry-run", "--output",
+                str(tmp_path / "out"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rendered = json.loads(proc.stdout)["instances"]
+    assert rendered and all(len(paths) == 3 for paths in rendered.values())

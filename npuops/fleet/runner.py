@@ -454,7 +454,7 @@ def resolve_playbook(playbook: str) -> Path:
     for name in (playbook, f"{playbook}.yml", f"{playbook}.yaml"):
         if (shipped / name).is_file():
             return (shipped / name).resolve()
-    known = sorted(p.name for p in shipped.glob("*.yml") if p.name != "ansible.cfg")
+    known = sorted(p.name for p in shipped.glob("*.yml"))
     raise BadInputError(f"npuops ships no playbook named {playbook!r}",
                         f"use one of: {', '.join(known) or '(none installed)'}")
 
