@@ -127,3 +127,14 @@ def test_commands_of_later_issues_exist_and_say_not_yet() -> None:
             proc = npuops(name, "anything")
             assert proc.returncode == 2
             assert "not available" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_node_of_the_fleet_over_ansible(tmp_path: Path) -> None:
+    proc = npuops("node", "--host", "localhost", "--artifacts", str(tmp_path / "a"), "--json", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hosts"]["localhost"]["node"]["host"]["cpu_count"] >= 1
+    bad = npuops("node", "-i", str(tmp_path / "missing.ini"))
+    assert bad.returncode == 3 and "inventory" in bad.stderr and "Traceback" not in bad.stderr
+    both = npuops("node", "-i", str(tmp_path / "x"), "--host", "localhost")
+    assert both.returncode == 2

@@ -88,3 +88,11 @@ def test_templates_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     rendered = json.loads(proc.stdout)["instances"]
     assert rendered and all(len(paths) == 3 for paths in rendered.values())
+
+
+def test_playbooks_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
+    proc = _run(wheel_venv, "node", "--host", "localhost", "--artifacts", str(tmp_path / "artifacts"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    fleet = json.loads(proc.stdout)
+    assert fleet["hosts"]["localhost"]["status"] == "ok"
+    assert fleet["hosts"]["localhost"]["node"]["npu"]["found"] is False

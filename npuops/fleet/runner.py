@@ -460,8 +460,10 @@ def resolve_playbook(playbook: str) -> Path:
 
 
 def _check_hosts(hosts: Sequence[str]) -> list[str]:
-    if isinstance(hosts, str):  # a bare string would become a list of characters
-        hosts = [hosts]
+    if isinstance(hosts, str):
+        # A bare string is a caller's bug (an inventory path not wrapped in Path, or one host not in
+        # a list); guessing which would run the playbook on the wrong machines.
+        raise TypeError("hosts must be a list of host names; pass an inventory file as a Path")
     unique: list[str] = []
     for host in hosts:
         if not isinstance(host, str) or not _HOST_NAME.match(host):

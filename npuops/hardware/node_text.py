@@ -75,3 +75,22 @@ def render_node_text(node: Node) -> str:
     if host.npu_pci_devices:
         out.append("  PCI       " + ", ".join(f"{p.address} ({p.device_id})" for p in host.npu_pci_devices))
     return "\n".join(out)
+
+
+def render_fleet_text(fleet: dict[str, object]) -> str:
+    """One line per host from FleetFacts.to_json(): chips, driver, CANN, or why the host failed."""
+    rows = []
+    hosts = fleet.get("hosts", {})
+    assert isinstance(hosts, dict)
+    for name, entry in sorted(hosts.items()):
+        node = entry.get("node") or {}
+        if entry.get("status") != "ok" or not node:
+            rows.append([name, entry.get("status"), "-", "-", "-", entry.get("message") or ""])
+            continue
+        chips = node.get("chips", [])
+        names = sorted({c["name"] for c in chips})
+        rows.append([name, "ok", f"{len(chips)} {'/'.join(names)}" if chips else "no NPU",
+                     node.get("driver", {}).get("version") or "-", node.get("cann", {}).get("version") or "-",
+                     "; ".join(node.get("npu", {}).get("reasons", []))[:80]])
+    return table(["host", "status", "chips", "driver", "CANN", "notes"], rows) + \
+        f"\nartifacts: {fleet.get('artifacts')}"

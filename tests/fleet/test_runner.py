@@ -83,7 +83,8 @@ def test_hosts_inventory() -> None:
     inventory = hosts_inventory(["localhost", "node-1.example", "10.0.0.2", "node-1.example"])
     assert inventory == {"all": {"hosts": {"localhost": dict(LOCALHOST_VARS), "node-1.example": {},
                                            "10.0.0.2": {}}}}
-    assert hosts_inventory("localhost") == {"all": {"hosts": {"localhost": dict(LOCALHOST_VARS)}}}
+    with pytest.raises(TypeError):
+        hosts_inventory("inventory.ini")
 
 
 def test_default_artifacts_dir() -> None:
