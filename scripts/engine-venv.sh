@@ -28,11 +28,11 @@ if [ -z "${PYTHON:-}" ]; then
   if command -v python3.11 >/dev/null 2>&1; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 
-mkdir -p "$VENV"
-VENV=$(cd "$VENV" && pwd -P)
+VENV=$(realpath -m "$VENV")
 case "$VENV/" in
   "$REPO"/*) die "the engine venv ($VENV) must lie outside the repository ($REPO): it holds ~3 GB" ;;
 esac
+mkdir -p "$VENV"
 
 VPY="$VENV/bin/python"
 STAMP="$VENV/.npuops-engine-stamp"
@@ -44,7 +44,12 @@ exec 9>"$VENV/.npuops-engine-lock"
 flock 9
 
 start=$(date +%s)
-pip_q() { "$VPY" -m pip install --disable-pip-version-check -q "$@" >&2; }
+# pip's output to stderr, less the warnings this machine's pip config causes for every package it looks up
+# (extra local indexes that hold only some packages); pip's own exit status is kept (pipefail).
+pip_q() {
+  "$VPY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
+    | { grep -v 'is ignored: it is neither a file nor a directory' || true; } >&2
+}
 
 if [ ! -x "$VPY" ]; then
   log "creating $VENV with $PYTHON"

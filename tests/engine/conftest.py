@@ -13,9 +13,11 @@ also reaps the EngineCore and worker processes after a kill -9 of the API server
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,9 +116,11 @@ class EngineProcess:
     model: Path
     log_path: Path
     work_dir: Path
+    tmp_dir: Path
     argv: list[str]
     started_at: float = field(default_factory=time.monotonic)
     healthy_after_s: float | None = None
+    first_request_s: float | None = None
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -155,7 +159,7 @@ class EngineProcess:
     def is_healthy(self) -> bool:
         try:
             status, _ = self.get("/health", timeout=5.0)
-        except (OSError, urllib.error.URLError):  # refused until the port opens; reset while it goes down
+        except (OSError, http.client.HTTPException):  # refused until the port opens; reset while it goes down
             return False
         return status == 200
 
@@ -174,6 +178,22 @@ class EngineProcess:
                 raise EngineError(f"engine not healthy after {timeout:.0f} s; log:\n{self.log_tail()}")
             time.sleep(poll)
 
+    def warm_up(self, timeout: float = 120.0) -> float:
+        """Send one greedy 1-token request with logprobs and return its seconds. The first request that asks for
+        logprobs torch.compiles vLLM's `batched_count_greater_than` (inductor, even with --enforce-eager): 15-20 s
+        on 2 cores, ~8 s with a warm TORCHINDUCTOR_CACHE_DIR, 0.03 s afterwards. Warming up keeps that cost out of
+        the tests' own timings."""
+        started = time.monotonic()
+        status, body = self.post(
+            "/v1/completions",
+            {"model": self.served_model_name, "prompt": "warm up", "max_tokens": 1, "temperature": 0, "logprobs": 1},
+            timeout=timeout,
+        )
+        if status != 200:
+            raise EngineError(f"warm-up request failed with HTTP {status}: {body[:500]!r}; log:\n{self.log_tail()}")
+        self.first_request_s = time.monotonic() - started
+        return self.first_request_s
+
     def signal(self, sig: int) -> None:
         """Send `sig` to the API server process only (e.g. SIGKILL to simulate a crash, SIGSTOP to freeze it)."""
         if self.process.poll() is None:
@@ -181,7 +201,8 @@ class EngineProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, wait up to `timeout`, then SIGKILL; afterwards SIGKILL whatever is left of the process group
-        (EngineCore, workers) so nothing outlives the test. Returns the API server's exit code."""
+        (EngineCore, workers) so nothing outlives the test, and remove the engine's TMPDIR. Returns the API
+        server's exit code."""
         try:
             if self.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -194,6 +215,7 @@ class EngineProcess:
                         os.killpg(self.process.pid, signal.SIGKILL)
                     self.process.wait(timeout=30)
             self._kill_group_leftovers()
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
         finally:
             if self._log_file is not None:
                 self._log_file.close()
@@ -206,22 +228,30 @@ class EngineProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def engine_env(work_dir: Path) -> dict[str, str]:
-    """This process's environment with the recipe's on top: offline, caches and temp files inside `work_dir`,
-    no usage reports."""
+def short_tmp_dir() -> Path:
+    """A new temp dir with a short path: vLLM puts its ZeroMQ `ipc://` sockets in TMPDIR, and a Unix socket path
+    longer than 107 bytes fails (a pytest tmp_path nested a few levels is already too long)."""
+    root = "/tmp" if os.access("/tmp", os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="npuops-tmp-", dir=root))
+
+
+def engine_env(work_dir: Path, tmp_dir: Path, compile_cache_dir: Path | None = None) -> dict[str, str]:
+    """This process's environment with the recipe's on top: offline, vLLM's cache inside `work_dir`, TMPDIR
+    `tmp_dir` (see short_tmp_dir), torch inductor's cache in `compile_cache_dir` when given (to share it between
+    engines), no usage reports."""
     env = dict(os.environ)
     (work_dir / "vllm-cache").mkdir(parents=True, exist_ok=True)
-    (work_dir / "tmp").mkdir(parents=True, exist_ok=True)
     env.update(
         {
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "HF_HOME": str(work_dir / "hf-home"),
             "VLLM_CACHE_ROOT": str(work_dir / "vllm-cache"),
-            "TMPDIR": str(work_dir / "tmp"),
+            "TMPDIR": str(tmp_dir),
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
             "PYTHONUNBUFFERED": "1",
+            "TORCHINDUCTOR_CACHE_DIR": str(compile_cache_dir or work_dir / "inductor-cache"),
         }
     )
     # Never inherit a service manager's socket from the test runner's environment.
@@ -247,6 +277,7 @@ def start_engine(
     *,
     host: str = "127.0.0.1",
     work_dir: Path | None = None,
+    compile_cache_dir: Path | None = None,
     serve_args: Sequence[str] = SERVE_ARGS,
 ) -> EngineProcess:
     """Start `vllm serve MODEL --host HOST --port PORT <serve_args> <extra_args>` in its own process group, with
@@ -254,7 +285,8 @@ def start_engine(
 
     The environment is this process's, then the recipe's (`engine_env`), then `env` on top (e.g.
     `{"VLLM_CPU_OMP_THREADS_BIND": "0|1"}`). `port` defaults to a free one; `work_dir` to a new temp dir (kept
-    afterwards for its log)."""
+    afterwards for its log); `compile_cache_dir` (torch inductor's cache) to one inside `work_dir` — pass the
+    session's `engine_compile_cache` to share it."""
     if work_dir is None:
         work_dir = Path(tempfile.mkdtemp(prefix="npuops-engine-"))
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -270,6 +302,7 @@ def start_engine(
         *serve_args,
         *extra_args,
     ]
+    tmp_dir = short_tmp_dir()
     log_path = work_dir / "engine.log"
     log_file = open(log_path, "ab")  # noqa: SIM115 - owned by the EngineProcess, closed in stop()
     log_file.write(f"# npuops test: {' '.join(argv)}\n".encode())
@@ -279,7 +312,7 @@ def start_engine(
         stdin=subprocess.DEVNULL,
         stdout=log_file,
         stderr=subprocess.STDOUT,
-        env={**engine_env(work_dir), **(env or {})},
+        env={**engine_env(work_dir, tmp_dir, compile_cache_dir), **(env or {})},
         cwd=work_dir,
         start_new_session=True,
     )
@@ -290,6 +323,7 @@ def start_engine(
         model=model_path,
         log_path=log_path,
         work_dir=work_dir,
+        tmp_dir=tmp_dir,
         argv=argv,
         _log_file=log_file,
     )
@@ -339,13 +373,29 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def engine_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torch inductor cache shared by the session's engines (halves the first logprobs request of each)."""
+    return tmp_path_factory.mktemp("engine-compile-cache")
+
+
+@pytest.fixture(scope="session")
 def running_engine(
-    engine_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+    engine_python: Path,
+    tiny_model: Path,
+    engine_compile_cache: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[EngineProcess]:
-    """One `vllm serve` of the tiny model for the whole session (each start costs 25-45 s), healthy on yield."""
-    engine = start_engine(engine_python, tiny_model, work_dir=tmp_path_factory.mktemp("engine"))
+    """One `vllm serve` of the tiny model for the whole session (each start costs 25-45 s), healthy and warmed
+    up (one logprobs request) on yield."""
+    engine = start_engine(
+        engine_python,
+        tiny_model,
+        work_dir=tmp_path_factory.mktemp("engine"),
+        compile_cache_dir=engine_compile_cache,
+    )
     try:
         engine.wait_healthy(HEALTH_TIMEOUT_S)
+        engine.warm_up()
     except EngineError:
         engine.stop()
         raise

@@ -113,6 +113,10 @@ def test_health(running_engine: EngineProcess) -> None:
     status, _ = running_engine.get("/health")
     assert status == 200
     assert running_engine.process.poll() is None
+    print(  # shown with -s or -rP: the numbers the README quotes
+        f"engine healthy after {running_engine.healthy_after_s:.1f} s, first logprobs request "
+        f"{running_engine.first_request_s:.1f} s, KV cache {running_engine.kv_cache_tokens()} tokens"
+    )
 
 
 def test_models_lists_the_tiny_model(running_engine: EngineProcess) -> None:
