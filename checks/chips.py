@@ -17,7 +17,7 @@ from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity, Status
 from npuops.hardware.node import Chip
 from npuops.hardware.npu_smi import NpuSmiProcess
-from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc, parse_npu_smi_health, parse_npu_smi_kv
+from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc, parse_npu_smi_health
 from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import CommandResult
 
@@ -362,40 +362,6 @@ def _judge_health(chip: Chip, text: str) -> _ChipAnswer:
     return _ChipAnswer(chip, status, text_out, evidence)
 
 
-# The documented `-t ecc` output (vendor manual, Atlas 200I A2) says "Single-bit Error Count"; A2 servers print
-# one line per memory, "HBM Single Bit Error Count" (and "DDR ..." on some cards), which parse_npu_smi_ecc does not
-# read. Both spellings end in the same words once case, spaces and dashes are ignored; "Aggregate Total" lines
-# (lifetime counts) do not, so only the current counts decide.
-_SINGLE_SUFFIX = "singlebiterrorcount"
-_DOUBLE_SUFFIX = "doublebiterrorcount"
-
-
-def _norm_key(key: str) -> str:
-    return "".join(ch for ch in key.lower() if ch.isalnum())
-
-
-def ecc_counts(text: str) -> tuple[int | None, int | None, dict[str, str]]:
-    """(single-bit, double-bit, the count lines as printed) from `npu-smi info -t ecc`; ParseError if none."""
-    try:
-        ecc = parse_npu_smi_ecc(text)
-    except ParseError:
-        kv = parse_npu_smi_kv(text, "npu-smi info -t ecc")
-        lines = {key: value for key, value in kv.pairs
-                 if _norm_key(key).endswith((_SINGLE_SUFFIX, _DOUBLE_SUFFIX))}
-        if not lines:
-            raise
-        singles = [v for k, v in lines.items() if _norm_key(k).endswith(_SINGLE_SUFFIX)]
-        doubles = [v for k, v in lines.items() if _norm_key(k).endswith(_DOUBLE_SUFFIX)]
-        return _sum_counts(singles), _sum_counts(doubles), lines
-    lines = {key: value for key, value in ecc.raw.pairs}
-    return ecc.single_bit_errors, ecc.double_bit_errors, lines
-
-
-def _sum_counts(values: Sequence[str]) -> int | None:
-    numbers = [int(v) for v in (value.strip() for value in values) if v.isdigit()]
-    return sum(numbers) if numbers else None
-
-
 class ChipEcc(Check):
     """No uncorrectable (double-bit) ECC errors on the chips a launch uses; single-bit errors warn."""
 
@@ -418,12 +384,14 @@ class ChipEcc(Check):
 
         def judge(chip: Chip, text: str) -> _ChipAnswer:
             try:
-                single, double, lines = ecc_counts(text)
+                ecc = parse_npu_smi_ecc(text)
             except ParseError as exc:
                 why = (f"`{what}` is not supported on this chip/driver ({_first_line(text)})"
                        if "not support" in text.lower() else f"output not understood: {exc}")
                 return _ChipAnswer(chip, Status.SKIP, why, {**chip_ref(chip), "skipped": why})
-            evidence = {**chip_ref(chip), "single_bit": single, "double_bit": double, "counts": lines}
+            single, double = ecc.single_bit_errors, ecc.double_bit_errors
+            counts = {k: v for k, v in ecc.raw.pairs if "error count" in k.lower().replace("-", " ")}
+            evidence = {**chip_ref(chip), "single_bit": single, "double_bit": double, "counts": counts}
             if single is None and double is None:
                 why = "npu-smi prints no ECC counts for this chip (NA)"
                 return _ChipAnswer(chip, Status.SKIP, why, {**evidence, "skipped": why})

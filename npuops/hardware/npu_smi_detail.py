@@ -436,14 +436,26 @@ class NpuSmiEcc:
         return bool(self.double_bit_errors)
 
 
+# The manual's example says "Single-bit Error Count"; A2 servers print one line per memory ("HBM Single Bit Error
+# Count", "DDR ..." on some cards). All end in the same words once case, spaces and dashes are ignored; the
+# "Aggregate Total" (lifetime) lines do not, so only the current counts are summed.
+_ECC_SINGLE = "singlebiterrorcount"
+_ECC_DOUBLE = "doublebiterrorcount"
+
+
+def _sum_ints(values: list[str]) -> int | None:
+    numbers = [n for n in (_int(v) for v in values) if n is not None]
+    return sum(numbers) if numbers else None
+
+
 def parse_npu_smi_ecc(text: str) -> NpuSmiEcc:
     what = "npu-smi info -t ecc"
     kv = parse_npu_smi_kv(text, what)
-    single = kv.get("Single-bit Error Count")
-    double = kv.get("Double-bit Error Count")
-    if single is None and double is None:
+    singles = [v for k, v in kv.pairs if _norm(k).endswith(_ECC_SINGLE)]
+    doubles = [v for k, v in kv.pairs if _norm(k).endswith(_ECC_DOUBLE)]
+    if not singles and not doubles:
         raise ParseError(what, "no 'Single-bit Error Count' or 'Double-bit Error Count' line")
-    return NpuSmiEcc(single_bit_errors=_int(single), double_bit_errors=_int(double), raw=kv)
+    return NpuSmiEcc(single_bit_errors=_sum_ints(singles), double_bit_errors=_sum_ints(doubles), raw=kv)
 
 
 # ----------------------------------------------------------------------------------------------------------------

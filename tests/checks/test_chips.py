@@ -18,12 +18,12 @@ from npuops.checks.chips import (
     ChipTemperature,
     HbmFree,
     classify_health,
-    ecc_counts,
 )
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
+from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc
 from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
@@ -326,19 +326,18 @@ def test_ecc_double_bit_fails_single_bit_warns(fake_root: Path) -> None:
     assert result.status is Status.WARN and "NPU 5" in result.message
 
 
-def test_ecc_counts_read_the_hbm_spelling_of_a2_servers() -> None:
+def test_ecc_parser_reads_the_hbm_spelling_of_a2_servers() -> None:
     # A2 servers print "HBM Single Bit Error Count" (and "DDR ..." on some cards) rather than the manual's
     # "Single-bit Error Count". No capture of that form is in tests/fixtures yet: this is the vendor sample with
     # only the key names respelled that way, plus an Aggregate line, which must not count.
     text = capture(ECC).replace("Single-bit Error Count  ", "HBM Single Bit Error Count").replace(
         "Double-bit Error Count  ", "HBM Double Bit Error Count")
     text += "        HBM Double Bit Aggregate Total Err Cnt   : 3\n"
-    single, double, lines = ecc_counts(text.replace("Double Bit Error Count                 : 0",
-                                                    "Double Bit Error Count                 : 1"))
-    assert (single, double) == (0, 1)
-    assert "HBM Double Bit Aggregate Total Err Cnt" not in lines
+    ecc = parse_npu_smi_ecc(text.replace("Double Bit Error Count                 : 0",
+                                         "Double Bit Error Count                 : 1"))
+    assert (ecc.single_bit_errors, ecc.double_bit_errors) == (0, 1)  # the Aggregate line (3) is not counted
     with pytest.raises(ParseError):
-        ecc_counts("        Chip ID                                  : 0\n")
+        parse_npu_smi_ecc("        Chip ID                                  : 0\n")
 
 
 def test_ecc_na_counts_skip(fake_root: Path) -> None:
