@@ -75,12 +75,6 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if not isinstance(value, str) or not value:
                 raise TypeError
             return Path(value)
-        if isinstance(default, bool):
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                return value.lower() in ("1", "true", "yes", "on")
-            raise TypeError
         if isinstance(default, float):
             if isinstance(value, bool):
                 raise TypeError

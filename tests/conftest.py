@@ -37,7 +37,8 @@ class FakeRunner:
     def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None) -> CommandResult:
         key = tuple(argv)
         self.calls.append(key)
-        for prefix, (rc, out, err) in self.answers.items():
+        # The longest matching prefix wins, so a per-chip query is not shadowed by ("npu-smi", "info").
+        for prefix, (rc, out, err) in sorted(self.answers.items(), key=lambda item: -len(item[0])):
             if key[: len(prefix)] == prefix:
                 return CommandResult(key, rc, out, err, 0.0)
         if self.passthrough_python and key and key[0] == sys.executable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ class DoctorOptions:
     gpu_memory_utilization: float = 0.9
     # Whether the service runs with graph mode (not --enforce-eager).
     graph_mode: bool = True
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 class CheckContext:

@@ -170,9 +170,3 @@ class Probe:
         import platform
 
         return platform.machine()
-
-    def tool_path(self, name: str) -> str | None:
-        """Where a tool would be run from, or None when it is not installed."""
-        if os.sep in name:
-            return name if self.settings.host_path(name).exists() else None
-        return shutil.which(name, path=self.settings.search_path())

@@ -113,7 +113,6 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
             "watchdog_sec": 0,
             "timeout_start_sec": timeout_start_sec(plan),
             "state_directory": f"npuops-{name}",
-            "read_only_paths": [],
             # ProtectHome=yes would hide a model kept under a home directory; read-only still protects it.
             "protect_home": "read-only" if model_arg.startswith(("/home/", "/root/", "/run/user/")) else "yes",
             "device_allow": device_allow,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +114,6 @@ class InstanceFiles:
     name: str
     files: tuple[RenderedFile, ...]
     unit_name: str
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def file(self, name: str) -> RenderedFile:
         for f in self.files:
