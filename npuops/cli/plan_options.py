@@ -44,32 +44,35 @@ def plan_flags(func: F) -> F:
 
 
 def make_plan_from_flags(settings: Any, flags: dict[str, Any]) -> Any:
-    """Build the planner inputs from the flags (and the node, for --hardware auto/cpu) and plan."""
+    """Build the planner inputs from the flags (the node for --hardware auto, the host for cpu) and plan."""
     from npuops.plan.model import load_model
     from npuops.plan.planner import PlanOptions, Workload, make_plan
     from npuops.plan.target import cpu_target, parse_hardware_spec, target_from_node
 
     model = load_model(flags["model"], flags.get("quantization"))
     hardware = str(flags["hardware"]).strip()
-    if hardware.lower() in ("auto", "cpu"):
+    if hardware.lower() == "cpu":
+        from npuops.hardware.host import read_host_facts
+        from npuops.hardware.probe import Probe
+
+        # Only the host's RAM and CPUs matter here: no vendor tool needs to run.
+        host = read_host_facts(Probe(settings))
+        target = cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
+                            max(1, len(host.numa_nodes)))
+    elif hardware.lower() == "auto":
         from npuops.hardware.node import discover_node
         from npuops.hardware.probe import Probe
 
         node = discover_node(Probe(settings))
-        if hardware.lower() == "cpu":
-            host = node.host
-            target = cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
-                                max(1, len(host.numa_nodes)))
-        else:
-            if not node.has_npus:
-                reasons = "; ".join(node.no_npu_reasons())
-                raise EnvironmentMissingError(f"--hardware auto found no NPU on this node ({reasons})",
-                                              "pass --hardware explicitly (e.g. 910B3x8) or --hardware cpu")
-            first = node.chips[0]
-            memory_mb = first.device_memory_total_mb
-            target = target_from_node(first.smi.name, len(node.chips),
-                                      memory_mb * 1024 * 1024 if memory_mb else None,
-                                      nodes=flags["nodes"], devices=flags.get("devices"))
+        if not node.has_npus:
+            reasons = "; ".join(node.no_npu_reasons())
+            raise EnvironmentMissingError(f"--hardware auto found no NPU on this node ({reasons})",
+                                          "pass --hardware explicitly (e.g. 910B3x8) or --hardware cpu")
+        first = node.chips[0]
+        memory_mb = first.device_memory_total_mb
+        target = target_from_node(first.smi.name, len(node.chips),
+                                  memory_mb * 1024 * 1024 if memory_mb else None,
+                                  nodes=flags["nodes"], devices=flags.get("devices"))
     else:
         target = parse_hardware_spec(hardware, nodes=flags["nodes"], devices=flags.get("devices"))
     workload = Workload(flags["input_len"], flags["output_len"], flags["concurrency"], flags.get("request_rate"),

@@ -67,7 +67,8 @@ def _model_argument(plan: Plan) -> str:
     if plan.model.path is None:
         raise BadInputError(f"{plan.model.served_name!r} is a catalog name, not a model directory",
                             "download the weights and pass the directory to launch (plan works with either)")
-    return str(plan.model.path)
+    # The unit runs in its own working directory: a path relative to the operator's shell would break there.
+    return str(Path(plan.model.path).resolve())
 
 
 def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:

@@ -232,3 +232,14 @@ def test_plan_seed_scenario_json(tmp_path: Path) -> None:
 def test_plan_auto_without_npu_says_so() -> None:
     proc = _cli("plan", "qwen3-8b", "--hardware", "auto")
     assert proc.returncode == 4 and "--hardware" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_relative_model_path_becomes_absolute_in_the_unit(models: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rel"
+    proc = _cli("launch", "tiny-llama", "--hardware", "cpu", "--dtype", "float32", "--enforce-eager",
+                "--kv-cache-memory-bytes", str(256 * 2**20), "--name", "rel", "--dry-run", "--output", str(out),
+                cwd=models)
+    assert proc.returncode == 0, proc.stderr
+    exec_start = next(line for line in (out / "npuops-rel.service").read_text().splitlines()
+                      if line.startswith("ExecStart="))
+    assert f" {models / 'tiny-llama'} " in exec_start
