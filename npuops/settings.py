@@ -46,6 +46,13 @@ class Settings:
     venv: Path = Path("/opt/npuops/venv")
     # Per-instance files written by launch.
     state_dir: Path = Path("/etc/npuops")
+    # The service manager: systemd's systemctl on production nodes; a command with arguments is allowed
+    # (docker-systemctl-replacement: "systemctl3.py --root=DIR").
+    systemctl: str = "systemctl"
+    # Where launch installs unit files.
+    unit_dir: Path = Path("/etc/systemd/system")
+    # Where each service keeps its state (its StateDirectory=, npuops-NAME under it); /var/lib under systemd.
+    service_data_root: Path = Path("/var/lib")
     command_timeout_s: float = 15.0
     # The environment npuops was started in, captured once by the CLI.
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

@@ -18,7 +18,4 @@ def _not_yet(name: str, issue: str) -> click.Command:
     return command
 
 
-status = _not_yet("status", "launch")
-stop = _not_yet("stop", "launch")
-logs = _not_yet("logs", "launch")
 provision = _not_yet("provision", "provision")

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -8,7 +10,13 @@ import click
 
 from npuops.cli.main import load_context_settings
 from npuops.cli.plan_options import make_plan_from_flags, plan_flags
-from npuops.errors import NotYetError, UsageError
+from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
+
+
+def default_npuops_executable() -> str:
+    """The npuops the unit should run: the one beside this interpreter (the serving venv on a provisioned node)."""
+    beside = Path(sys.executable).parent / "npuops"
+    return str(beside) if beside.exists() else "/opt/npuops/venv/bin/npuops"
 
 
 @click.command()
@@ -19,46 +27,103 @@ from npuops.errors import NotYetError, UsageError
 @click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
               help="A 0600 file holding the API key; it goes into the env file, never onto a command line.")
 @click.option("--vllm", "vllm_bin", default="/opt/npuops/venv/bin/vllm", show_default=True,
-              help="The vllm executable the unit runs.")
+              help="The vllm executable the service runs.")
+@click.option("--service-user", default="npuops", show_default=True,
+              help="The unprivileged user the unit runs as (member of HwHiAiUser).")
+@click.option("--start-timeout", type=click.IntRange(10), help="Seconds to wait for /health [default: from the plan].")
+@click.option("--watchdog", "watchdog_s", type=click.IntRange(5), default=60, show_default=True,
+              help="Restart the engine after this many seconds without an answer from /health.")
+@click.option("--foreground", is_flag=True,
+              help="Run the supervisor in this terminal (no systemd): same gate, health checks and diagnosis.")
 @click.option("--dry-run", is_flag=True, help="Plan and render the files into --output; install nothing.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Directory for --dry-run files.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was rendered as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
-           dry_run: bool, output: Path | None, as_json: bool, **flags: Any) -> None:
+           service_user: str, start_timeout: int | None, watchdog_s: int, foreground: bool, dry_run: bool,
+           output: Path | None, as_json: bool, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
-    With --dry-run --output DIR the files are written to DIR and nothing is installed or started.
+    The unit runs `npuops run NAME`: a start gate (level-1 checks for these chips), then vLLM, reported ready only
+    once /health answers and restarted when it hangs or crashes. launch installs and starts it and returns once
+    the endpoint answers a first request. --foreground runs the same supervisor in this terminal (where systemd
+    is not init). With --dry-run --output DIR the files are written to DIR and nothing is installed or started.
     """
-    if not dry_run:
-        raise NotYetError("`npuops launch` without --dry-run (install and start the service) is not available yet",
-                          "use --dry-run --output DIR to render the files; the supervised service lands next")
-    if output is None:
+    from npuops.launch.instance import LaunchSpec, read_api_key_file, render_instances
+    from npuops.launch.render import validate_instance_name
+    from npuops.service.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
+
+    validate_instance_name(name)
+    if dry_run and output is None:
         raise UsageError("--dry-run needs --output DIR", "add --output DIR")
+    if output is not None and not dry_run:
+        raise UsageError("--output is for --dry-run", "add --dry-run, or drop --output to install the service")
+    if dry_run and foreground:
+        raise UsageError("--dry-run and --foreground exclude each other", "use one of them")
+    settings = load_context_settings(ctx)
+    manager = None
+    if not dry_run and not foreground:
+        from npuops.service.manager import service_manager
+
+        manager = service_manager(settings)
+        reason = manager.unavailable_reason()
+        if reason:
+            raise EnvironmentMissingError(reason, "run the engine in this terminal under the same supervisor with "
+                                          "`npuops launch ... --foreground`, or launch on a node booted with systemd")
+    plan_result = make_plan_from_flags(settings, flags)
+    api_key = read_api_key_file(api_key_file) if api_key_file else None
+    ascend_env, notes = _ascend_environment(settings, plan_result)
+    spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
+                      vllm_command=(vllm_bin, "serve"), npuops_command=(default_npuops_executable(),),
+                      state_dir=settings.state_dir, service_data_root=settings.service_data_root,
+                      ascend_env=ascend_env, manager=MANAGER_FOREGROUND if foreground else MANAGER_SYSTEMD,
+                      start_timeout_s=start_timeout, watchdog_s=watchdog_s)
+    instances = render_instances(plan_result, spec)
+    if dry_run:
+        assert output is not None
+        _dry_run(instances, output, notes, plan_result, as_json, settings.state_dir)
+        return
+
+    from npuops.service import launching
+
+    if foreground:
+        if len(instances) > 1:
+            raise UsageError(f"--foreground runs one instance, but the plan has {len(instances)} replicas",
+                             "pick the chips of one replica with --devices, or launch as a service")
+        code = launching.launch_foreground(instances[0], settings, api_key=api_key, as_json=as_json, notes=notes,
+                                           environ=dict(os.environ))
+    else:
+        assert manager is not None
+        code = launching.launch_service(instances, settings, manager, api_key=api_key, as_json=as_json,
+                                        notes=notes, service_user=service_user)
+    if code != ExitCode.OK:
+        raise click.exceptions.Exit(int(code))
+
+
+def _ascend_environment(settings: Any, plan_result: Any) -> tuple[dict[str, str], list[str]]:
+    """What CANN's set_env.sh scripts export, for the env file (systemd does not source shell scripts)."""
+    if plan_result.target.kind != "npu":
+        return {}, []
     from npuops.hardware.node import read_cann
     from npuops.hardware.probe import Probe
     from npuops.launch.ascend_env import capture_set_env
-    from npuops.launch.instance import LaunchSpec, read_api_key_file, render_instances
-    from npuops.launch.render import validate_instance_name, write_instance_files
 
-    validate_instance_name(name)
-    settings = load_context_settings(ctx)
-    plan_result = make_plan_from_flags(settings, flags)
-    api_key = read_api_key_file(api_key_file) if api_key_file else None
-    ascend_env: dict[str, str] = {}
-    notes: list[str] = []
-    if plan_result.target.kind == "npu":
-        probe = Probe(settings)
-        cann = read_cann(probe)
-        ascend_env, error = capture_set_env(probe, list(cann.set_env_scripts))
-        if error:
-            notes.append(f"could not capture the CANN environment: {error}")
-        elif not cann.set_env_scripts:
-            notes.append("no CANN set_env.sh found on this machine: the env file lacks the CANN environment; "
-                         "render on the node itself, or run `npuops provision` there first")
-    spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, vllm_command=(vllm_bin, "serve"),
-                      state_dir=settings.state_dir, ascend_env=ascend_env)
-    instances = render_instances(plan_result, spec)
+    probe = Probe(settings)
+    cann = read_cann(probe)
+    ascend_env, error = capture_set_env(probe, list(cann.set_env_scripts))
+    notes = []
+    if error:
+        notes.append(f"could not capture the CANN environment: {error}")
+    elif not cann.set_env_scripts:
+        notes.append("no CANN set_env.sh found on this machine: the env file lacks the CANN environment; "
+                     "render on the node itself, or run `npuops provision` there first")
+    return ascend_env, notes
+
+
+def _dry_run(instances: list[Any], output: Path, notes: list[str], plan_result: Any, as_json: bool,
+             state_dir: Path) -> None:
+    from npuops.launch.render import write_instance_files
+
     written: dict[str, list[str]] = {}
     for instance in instances:
         directory = output / instance.name if len(instances) > 1 else output
@@ -73,5 +138,6 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
             click.echo(f"  {p}")
     for note in notes:
         click.echo(f"note: {note}")
-    click.echo(f"\nInstall: copy the env and config to {settings.state_dir}/<name>/ and the unit to "
-               f"/etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now npuops-<name>`.")
+    click.echo(f"\nInstall: copy the env, vllm.yaml and instance.json to {state_dir}/<name>/ and the unit to "
+               f"/etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now npuops-<name>` "
+               f"(or let `npuops launch` without --dry-run do it).")

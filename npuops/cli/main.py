@@ -25,9 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("npuops.cli.doctor_cmd:doctor", "Health and precision checks with verdicts and fixes."),
     "plan": ("npuops.cli.plan_cmd:plan", "Work out a tuned vLLM configuration for a model."),
     "launch": ("npuops.cli.launch_cmd:launch", "Run vLLM as a supervised, health-gated service."),
-    "status": ("npuops.cli.later_cmds:status", "State, health and live figures of launched services."),
-    "stop": ("npuops.cli.later_cmds:stop", "Stop a launched service."),
-    "logs": ("npuops.cli.later_cmds:logs", "Show a launched service's logs."),
+    "run": ("npuops.cli.run_cmd:run", "Supervise an instance's engine (what its unit runs)."),
+    "status": ("npuops.cli.service_cmds:status", "State, health and live figures of launched instances."),
+    "list": ("npuops.cli.service_cmds:list_", "The instances launched on this node."),
+    "stop": ("npuops.cli.service_cmds:stop", "Stop a launched instance."),
+    "logs": ("npuops.cli.service_cmds:logs", "Show a launched instance's logs."),
     "provision": ("npuops.cli.later_cmds:provision", "Install driver, CANN and the Python stack with Ansible."),
 }
 

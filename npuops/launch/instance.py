@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,13 @@ from npuops.launch.render import (
     validate_instance_name,
 )
 from npuops.plan.planner import Plan
+from npuops.service.record import (
+    MANAGER_FOREGROUND,
+    MANAGER_SYSTEMD,
+    RECORD_FILE,
+    STATUS_FILE,
+    InstanceRecord,
+)
 
 SERVICE_USER = "npuops"
 # The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
@@ -30,6 +38,11 @@ _BASE_START_S = 300
 _GRAPH_CAPTURE_S = 300
 
 
+# A hung engine is restarted after this long without an answer from /health (WatchdogSec=).
+DEFAULT_WATCHDOG_S = 60
+DEFAULT_STOP_TIMEOUT_S = 60
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     name: str
@@ -38,8 +51,15 @@ class LaunchSpec:
     api_key: str | None = None
     service_user: str = SERVICE_USER
     vllm_command: tuple[str, ...] = ("/opt/npuops/venv/bin/vllm", "serve")
+    # The npuops the unit runs as its supervisor (`npuops run NAME`) and start gate.
+    npuops_command: tuple[str, ...] = ("/opt/npuops/venv/bin/npuops",)
     state_dir: Path = Path("/etc/npuops")
+    service_data_root: Path = Path("/var/lib")
     ascend_env: dict[str, str] = field(default_factory=dict)
+    manager: str = MANAGER_SYSTEMD  # or MANAGER_FOREGROUND: the supervisor runs in a terminal, no unit
+    start_timeout_s: int | None = None  # None: from the plan (model size, graph capture)
+    watchdog_s: int = DEFAULT_WATCHDOG_S
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
 
 
 def read_api_key_file(path: Path) -> str:
@@ -101,30 +121,52 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
         device_allow = [f"/dev/davinci{d}" for d in devices]
         if devices:
             device_allow += [f"/dev/{n}" for n in CONTROL_DEVICE_NODES]
+        state_directory = f"npuops-{name}"
+        data_dir = spec.service_data_root / state_directory
+        status_file = (instance_dir if spec.manager == MANAGER_FOREGROUND else data_dir) / STATUS_FILE
+        start_timeout = spec.start_timeout_s or timeout_start_sec(plan)
+        record = InstanceRecord(
+            name=name, manager=spec.manager, unit=f"npuops-{name}{UNIT_SUFFIX}", model_path=model_arg,
+            served_model_name=str(plan.config.get("served_model_name", plan.model.served_name)),
+            host=spec.host, port=port, devices=tuple(devices), target_kind=plan.target.kind,
+            hardware_label=plan.target.label, vllm_command=tuple(spec.vllm_command),
+            instance_dir=str(instance_dir), status_file=str(status_file), timeout_start_s=start_timeout,
+            watchdog_s=spec.watchdog_s, stop_timeout_s=spec.stop_timeout_s,
+            gpu_memory_utilization=float(plan.config.get("gpu_memory_utilization") or 0.9),
+            graph_mode=not bool(plan.config.get("enforce_eager", False)), api_key=bool(spec.api_key),
+            prediction=dict(plan.to_json().get("prediction") or {}),
+        )
+        npuops_state = ["--state-dir", str(spec.state_dir)]
         unit_vars = {
             "name": name,
-            "served_model_name": plan.config.get("served_model_name", plan.model.served_name),
-            "service_type": "simple",
+            "served_model_name": record.served_model_name,
             "service_user": spec.service_user,
             "service_group": spec.service_user,
             "supplementary_groups": [NPU_GROUP] if devices else [],
             "env_file": instance_dir / ENV_FILE,
-            "working_directory": Path("/var/lib") / f"npuops-{name}",
-            "exec_start": [*spec.vllm_command, model_arg, "--config", str(instance_dir / CONFIG_FILE)],
-            "watchdog_sec": 0,
-            "timeout_start_sec": timeout_start_sec(plan),
-            "state_directory": f"npuops-{name}",
+            "working_directory": spec.service_data_root / state_directory,
+            # The gate runs with full privileges ("+"): npu-smi and the process table need them; it only reads.
+            "exec_start_pre": [*spec.npuops_command, "run", *npuops_state, "--preflight", name],
+            "exec_start": [*spec.npuops_command, "run", *npuops_state, name],
+            "watchdog_sec": spec.watchdog_s,
+            # The supervisor gives up on a start itself (with a diagnosis) before systemd would.
+            "timeout_start_sec": start_timeout + 60,
+            "timeout_stop_sec": spec.stop_timeout_s + 15,
+            "state_directory": state_directory,
+            "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
             # ProtectHome=yes would hide a model kept under a home directory; read-only still protects it.
             "protect_home": "read-only" if model_arg.startswith(("/home/", "/root/", "/run/user/")) else "yes",
             "device_allow": device_allow,
         }
-        files = (
+        files: tuple[RenderedFile, ...] = (
             RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
                 "name": name, "serve_options": options, "hardware_label": plan.target.label}), FILE_MODES[CONFIG_FILE]),
             RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": name, "environment": environment}),
                          FILE_MODES[ENV_FILE]),
-            RenderedFile(f"npuops-{name}{UNIT_SUFFIX}", render_template("vllm.service.j2", unit_vars), 0o644),
+            RenderedFile(RECORD_FILE, json.dumps(record.to_json(), indent=2) + "\n", 0o644),
         )
-        instances.append(InstanceFiles(name, files, f"npuops-{name}{UNIT_SUFFIX}"))
+        if spec.manager == MANAGER_SYSTEMD:
+            files += (RenderedFile(record.unit, render_template("vllm.service.j2", unit_vars), 0o644),)
+        instances.append(InstanceFiles(name, files, record.unit, record))
     return instances
 

@@ -22,6 +22,8 @@ from npuops.resources import shipped_dir
 if TYPE_CHECKING:
     import jinja2
 
+    from npuops.service.record import InstanceRecord
+
 # The files of one instance and their modes: the env file may hold an API key.
 CONFIG_FILE = "vllm.yaml"
 ENV_FILE = "env"
@@ -114,6 +116,7 @@ class InstanceFiles:
     name: str
     files: tuple[RenderedFile, ...]
     unit_name: str
+    record: InstanceRecord
 
     def file(self, name: str) -> RenderedFile:
         for f in self.files:

@@ -17,7 +17,6 @@ from npuops.checks.stack import (
     StackRowCheck,
     TorchNpuCann,
     TorchNpuImport,
-    classify_import_failure,
     closest_row,
     family_of_soc,
     load_compat,
@@ -27,6 +26,7 @@ from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
+from npuops.failures import classify_import_failure
 from npuops.hardware.node import InstalledComponent, Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import STACK_DISTRIBUTIONS, PythonStack

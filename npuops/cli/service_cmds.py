@@ -1,0 +1,147 @@
+"""`npuops status`, `stop`, `logs` and `list`: the instances launch put on this node."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from npuops.cli.main import load_context_settings
+from npuops.errors import ExitCode, UsageError
+
+
+def _manager(settings: Any) -> Any:
+    from npuops.service.manager import service_manager
+
+    return service_manager(settings)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=0,
+              help="Wait up to this many seconds for the instance to become healthy (or to fail).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.pass_context
+def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool) -> None:
+    """State, health, uptime and live engine figures of instance NAME (of every instance without NAME).
+
+    Exit 0 when every instance shown is healthy, 1 otherwise.
+    """
+    from npuops.service.record import list_records, load_record
+    from npuops.service.status import instance_status, render_status_text
+
+    settings = load_context_settings(ctx)
+    records = [load_record(settings.state_dir, name)] if name else list_records(settings.state_dir)
+    manager = _manager(settings)
+    deadline = time.monotonic() + wait_s
+    while True:
+        statuses = [instance_status(r, manager) for r in records]
+        settled = all(s["state"] in ("healthy", "failed", "stopped") for s in statuses)
+        if settled or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    if as_json:
+        click.echo(json.dumps({"ok": all(s["healthy"] for s in statuses), "instances": statuses}, indent=2))
+    elif not statuses:
+        click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
+    else:
+        click.echo("\n\n".join(render_status_text(s) for s in statuses))
+    if not statuses or not all(s["healthy"] for s in statuses):
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the instances as JSON.")
+@click.pass_context
+def list_(ctx: click.Context, /, as_json: bool) -> None:
+    """The instances launched on this node, one line each."""
+    from npuops.service.record import list_records
+    from npuops.service.status import instance_status
+    from npuops.textout import table
+
+    settings = load_context_settings(ctx)
+    manager = _manager(settings)
+    statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in list_records(settings.state_dir)]
+    if as_json:
+        click.echo(json.dumps({"ok": True, "instances": [
+            {"name": r.name, "state": s["state"], "url": s["url"], "model": r.served_model_name,
+             "manager": r.manager, "unit": s["unit"], "devices": list(r.devices)} for r, s in statuses]}, indent=2))
+        return
+    if not statuses:
+        click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
+        return
+    rows = [(r.name, s["state"], s["url"], r.served_model_name, ",".join(map(str, r.devices)) or "-",
+             r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
+    click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
+
+
+@click.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def stop(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Stop instance NAME gracefully (the engine finishes and frees its chips). It stays installed and enabled."""
+    from npuops.service.deploy import stop_foreground
+    from npuops.service.record import MANAGER_SYSTEMD, load_record
+
+    settings = load_context_settings(ctx)
+    record = load_record(settings.state_dir, name)
+    started = time.monotonic()
+    if record.manager == MANAGER_SYSTEMD:
+        manager = _manager(settings)
+        reason = manager.unavailable_reason()
+        if reason:
+            raise UsageError(f"cannot stop {record.unit}: {reason}", "stop it where it runs")
+        manager.stop(record.unit, timeout=record.stop_timeout_s + 30)
+        stopped = manager.state(record.unit).active_state in ("inactive", "failed")
+    else:
+        stopped = stop_foreground(record, record.stop_timeout_s + 10)
+    seconds = time.monotonic() - started
+    if as_json:
+        click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2)}))
+    else:
+        click.echo(f"{name}: {'stopped' if stopped else 'still running'} ({seconds:.1f} s)")
+    if not stopped:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+@click.command()
+@click.argument("name")
+@click.option("-n", "--lines", type=click.IntRange(1), default=100, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.pass_context
+def logs(ctx: click.Context, /, name: str, lines: int, follow: bool) -> None:
+    """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs)."""
+    from npuops.service.record import MANAGER_SYSTEMD, load_record
+
+    settings = load_context_settings(ctx)
+    record = load_record(settings.state_dir, name)
+    if record.manager == MANAGER_SYSTEMD:
+        argv = _manager(settings).log_command(record.unit, lines, follow)
+        sys.stdout.flush()
+        try:
+            os.execvp(argv[0], argv)  # noqa: S606 - an argument list, no shell
+        except OSError as exc:
+            raise UsageError(f"cannot run {argv[0]}: {exc.strerror}", "install systemd's journalctl") from None
+    _tail(record.engine_log, lines, follow)
+
+
+def _tail(path: Path, lines: int, follow: bool) -> None:
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - followed below
+    except FileNotFoundError:
+        raise UsageError(f"no log at {path} yet", "the instance has not run in the foreground here") from None
+    with handle:
+        for line in handle.readlines()[-lines:]:
+            click.echo(line.rstrip("\n"))
+        while follow:
+            line = handle.readline()
+            if line:
+                click.echo(line.rstrip("\n"))
+            else:
+                time.sleep(0.5)

@@ -1,0 +1,1 @@
+"""Running launched instances: the supervisor, the start gate, the service manager, status."""

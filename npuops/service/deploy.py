@@ -1,0 +1,177 @@
+"""Putting instances in place: refuse what would collide, write the files, hand the unit to the service manager,
+and follow a start to "healthy" (or to the diagnosis of why not)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.launch.render import InstanceFiles, write_instance_files
+from npuops.service.endpoint import base_url, client_host, health_ok
+from npuops.service.engine_log import Stage
+from npuops.service.manager import SystemdManager
+from npuops.service.record import InstanceRecord, read_status
+
+_WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
+
+
+def _hosts_overlap(a: str, b: str) -> bool:
+    return a == b or a in _WILDCARDS or b in _WILDCARDS
+
+
+def find_conflicts(new: Sequence[InstanceRecord], existing: Sequence[InstanceRecord]) -> None:
+    """Refuse a launch whose port or NPU devices another instance on this node already has (same name = replace)."""
+    replacing = {r.name for r in new}
+    others = [r for r in existing if r.name not in replacing]
+    for record in new:
+        for other in others:
+            if other.port == record.port and _hosts_overlap(other.host, record.host):
+                raise BadInputError(f"port {record.port} is already used by instance {other.name!r}",
+                                    f"launch with another --port, or stop and remove {other.name!r} first")
+            shared = sorted(set(other.devices) & set(record.devices))
+            if shared:
+                raise BadInputError(
+                    f"NPU device(s) {','.join(map(str, shared))} are already used by instance {other.name!r}",
+                    f"launch on other chips (--devices), or stop {other.name!r} first (`npuops stop {other.name}`)")
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether something else holds host:port right now (a bind test, as the engine itself will do)."""
+    family = socket.AF_INET6 if ":" in client_host(host) else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - a bind test only
+        except OSError as exc:
+            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
+    return False
+
+
+def check_ports_free(records: Sequence[InstanceRecord]) -> None:
+    for record in records:
+        if port_taken(record.host, record.port):
+            raise BadInputError(f"port {record.port} on {record.host} is taken by another process",
+                                f"stop it (`ss -ltnp 'sport = :{record.port}'` shows which), or choose another --port")
+
+
+def check_service_user(user: str) -> None:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise EnvironmentMissingError(
+            f"the service user {user!r} does not exist on this node",
+            f"create it: `useradd --system --no-create-home --shell /usr/sbin/nologin --groups HwHiAiUser {user}` "
+            "(`npuops provision` does this), or launch with --service-user USER") from None
+
+
+def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str | None = None) -> list[Path]:
+    """The instance's own files into <state_dir>/<name>/ (the unit goes through the service manager)."""
+    directory = state_dir / instance.name
+    kept = InstanceFiles(instance.name, tuple(f for f in instance.files if f.name != unit_dir_file),
+                         instance.unit_name, instance.record)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        return write_instance_files(directory, kept)
+    except PermissionError:
+        raise BadInputError(f"cannot write {directory}: permission denied",
+                            "run `npuops launch` as root (it installs a system service)") from None
+
+
+def install(instance: InstanceFiles, state_dir: Path, manager: SystemdManager) -> list[Path]:
+    written = write_instance(instance, state_dir, unit_dir_file=instance.unit_name)
+    unit = instance.file(instance.unit_name)
+    try:
+        written.append(manager.install_unit(instance.unit_name, unit.text))
+    except PermissionError:
+        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: permission denied",
+                            "run `npuops launch` as root") from None
+    manager.enable(instance.unit_name)
+    return written
+
+
+@dataclass(frozen=True)
+class StartResult:
+    healthy: bool
+    seconds: float
+    reason: str  # "healthy", "failed", "timeout"
+    status: dict[str, Any] | None
+
+
+def follow_start(record: InstanceRecord, *, started_at: float, timeout_s: float,
+                 on_stage: Callable[[str, str, float], None] | None = None,
+                 failed: Callable[[], bool] | None = None, poll_s: float = 1.0) -> StartResult:
+    """Follow a start through the supervisor's status file and /health until healthy, failed or timed out.
+
+    `failed()` asks the service manager whether the unit gave up (systemd: failed or inactive after starting).
+    A status file from an earlier run (written before `started_at`) is ignored.
+    """
+    url = base_url(record.host, record.port)
+    seen: set[str] = set()
+    status: dict[str, Any] | None = None
+    while True:
+        elapsed = time.monotonic() - started_at
+        current = read_status(record)
+        if current is not None and float(str(current.get("started_at", 0))) >= time.time() - elapsed - 5:
+            status = current
+            stages = current.get("stages")
+            for entry in stages if isinstance(stages, list) else []:
+                key = f"{entry.get('stage')}@{entry.get('at')}"
+                if key not in seen:
+                    seen.add(key)
+                    if on_stage is not None and entry.get("stage") not in (Stage.EXITED.value,):
+                        on_stage(str(entry.get("stage")), str(entry.get("detail", "")),
+                                 float(entry.get("elapsed_s", elapsed)))
+            if current.get("exit"):
+                return StartResult(False, elapsed, "failed", status)
+        if status is not None and status.get("stage") == Stage.HEALTHY.value and health_ok(url):
+            return StartResult(True, elapsed, "healthy", status)
+        if failed is not None and failed():
+            return StartResult(False, elapsed, "failed", read_status(record) or status)
+        if elapsed > timeout_s:
+            return StartResult(False, elapsed, "timeout", status)
+        time.sleep(poll_s)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
+    """SIGTERM to a foreground supervisor (from its status file); True once it is gone."""
+    import signal
+
+    status = read_status(record) or {}
+    pid = status.get("supervisor_pid")
+    if not isinstance(pid, int) or status.get("exit") or not pid_alive(pid):
+        return True
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid) or (read_status(record) or {}).get("exit"):
+            return True
+        time.sleep(0.2)
+    return not pid_alive(pid)
+
+
+def run_quietly(argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None

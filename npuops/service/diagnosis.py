@@ -1,0 +1,88 @@
+"""Why an engine died: its log scanned for the known failure signatures (npuops/data/failure_signatures.toml).
+
+Pure: lines in, a Diagnosis (or None) out. The supervisor calls it when the engine exits, and writes the result to
+the journal and to its status file, where `npuops status` and `npuops launch` read it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from npuops.datafiles import load_data_toml
+from npuops.failures import classify_import_failure
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    patterns: tuple[re.Pattern[str], ...]
+    cause: str
+    fix: str
+    source: str
+    # The torch_npu import classifier (shared with the doctor) words the cause and fix of this one.
+    import_failure: bool = False
+    # A restart cannot cure it (see the data file).
+    permanent: bool = False
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    id: str
+    cause: str
+    fix: str
+    line: str  # the log line the verdict rests on
+    source: str
+    permanent: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "cause": self.cause, "fix": self.fix, "line": self.line, "source": self.source,
+                "permanent": self.permanent}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Diagnosis:
+        return cls(str(data["id"]), str(data["cause"]), str(data["fix"]), str(data.get("line", "")),
+                   str(data.get("source", "")), bool(data.get("permanent", False)))
+
+
+@lru_cache(maxsize=1)
+def load_signatures() -> tuple[Signature, ...]:
+    signatures = []
+    for entry in load_data_toml("failure_signatures.toml")["signature"]:
+        signatures.append(Signature(
+            id=entry["id"],
+            patterns=tuple(re.compile(p) for p in entry["patterns"]),
+            cause=entry.get("cause", ""),
+            fix=entry.get("fix", ""),
+            source=entry["source"],
+            import_failure=bool(entry.get("import_failure", False)),
+            permanent=bool(entry.get("permanent", False)),
+        ))
+    return tuple(signatures)
+
+
+class _Blank(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def diagnose(lines: Sequence[str], facts: Mapping[str, str] | None = None) -> Diagnosis | None:
+    """The first signature (in the data file's order, most specific first) that matches a line, or None.
+
+    `facts` fills the {name}, {env_file}, {port} and {model} placeholders of the cause and fix.
+    """
+    values = _Blank(facts or {})
+    text = "\n".join(lines)
+    for signature in load_signatures():
+        for line in lines:
+            if any(p.search(line) for p in signature.patterns):
+                if signature.import_failure:
+                    failure = classify_import_failure(text, values.get("env_file", "the service's environment"))
+                    return Diagnosis(signature.id, failure.cause, failure.remediation, failure.line, signature.source,
+                                     signature.permanent)
+                return Diagnosis(signature.id, signature.cause.format_map(values), signature.fix.format_map(values),
+                                 line.strip(), signature.source, signature.permanent)
+    return None

@@ -1,0 +1,169 @@
+"""The start gate: `npuops run --preflight NAME`, the unit's ExecStartPre (and the first step of the foreground).
+
+It runs the level-1 doctor checks that matter for this instance (its chips healthy, cool and free, CANN and the
+stack present and matching, the environment file right, the host able to hold it) with the instance's own env
+file, devices and memory fraction, plus three checks of its own (the engine executable, the model directory, the
+port). A failing check of high or critical severity refuses the start, with that check's remediation; anything
+else is reported and let through.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from npuops.doctor.context import CheckContext, DoctorOptions
+from npuops.doctor.model import CheckOutcome, Result, Severity, Status
+from npuops.doctor.registry import discover_checks
+from npuops.doctor.runner import run_checks
+from npuops.hardware.probe import Probe
+from npuops.service.endpoint import client_host
+from npuops.service.record import InstanceRecord
+from npuops.settings import Settings
+
+# Level-1 checks about what this instance runs on. Checks that do not apply skip themselves (no NPUs, no CANN).
+NPU_GATE_CHECKS = (
+    "driver-installed", "npu-smi-runs", "device-nodes", "chip-health", "chip-temperature", "hbm-free",
+    "cann-toolkit", "cann-kernels", "nnal-version", "driver-cann-compat",
+    "stack-row", "torch-npu-cann", "python-version",
+    "ascend-env", "launch-blocking-graph", "alloc-conf", "cpuset-per-npu",
+    "shm-size", "free-memory",
+)
+HOST_GATE_CHECKS = ("shm-size", "free-memory")
+BLOCKING_SEVERITIES = (Severity.CRITICAL, Severity.HIGH)
+
+
+@dataclass(frozen=True)
+class GateReport:
+    outcomes: tuple[CheckOutcome, ...]
+    duration_s: float
+
+    @property
+    def blocking(self) -> list[CheckOutcome]:
+        return [o for o in self.outcomes if o.result.status is Status.FAIL and o.severity in BLOCKING_SEVERITIES]
+
+    @property
+    def warnings(self) -> list[CheckOutcome]:
+        blocking = {o.check_id for o in self.blocking}
+        return [o for o in self.outcomes if o.check_id not in blocking
+                and o.result.status in (Status.FAIL, Status.WARN, Status.ERROR)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.blocking
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "duration_s": round(self.duration_s, 3),
+                "blocking": [o.check_id for o in self.blocking],
+                "checks": [o.to_json() for o in self.outcomes]}
+
+
+def _outcome(check_id: str, title: str, severity: Severity, result: Result, started: float) -> CheckOutcome:
+    return CheckOutcome(check_id, title, "launch", 1, severity, result, time.monotonic() - started)
+
+
+def check_engine_executable(record: InstanceRecord) -> CheckOutcome:
+    started = time.monotonic()
+    exe = record.vllm_command[0]
+    title = "The vLLM executable the instance runs exists and is executable."
+    if not os.path.isabs(exe):
+        found = any(os.access(os.path.join(d, exe), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d)
+        ok = found
+    else:
+        ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
+    if ok:
+        return _outcome("engine-executable", title, Severity.CRITICAL, Result.passed(f"{exe} is executable"), started)
+    return _outcome("engine-executable", title, Severity.CRITICAL, Result.fail(
+        f"the vLLM executable {exe} is missing or not executable",
+        "install the serving stack (`npuops provision --tags python`), or re-launch with --vllm PATH",
+        executable=exe), started)
+
+
+def check_model_directory(record: InstanceRecord) -> CheckOutcome:
+    started = time.monotonic()
+    title = "The model directory holds a Hugging Face config.json."
+    model = Path(record.model_path)
+    if (model / "config.json").is_file() or (model / "params.json").is_file():
+        return _outcome("model-directory", title, Severity.CRITICAL, Result.passed(f"{model} holds config.json"),
+                        started)
+    what = "does not exist" if not model.exists() else "holds no config.json (or params.json)"
+    return _outcome("model-directory", title, Severity.CRITICAL, Result.fail(
+        f"the model directory {model} {what}",
+        "put the model back (config.json, tokenizer and weights) or re-launch with the right directory",
+        model=str(model)), started)
+
+
+def check_port_free(record: InstanceRecord) -> CheckOutcome:
+    started = time.monotonic()
+    title = "Nothing else listens on the instance's port."
+    host = client_host(record.host)
+    try:
+        with socket.create_connection((host, record.port), timeout=1.0):
+            taken = True
+    except OSError:
+        taken = False
+    if not taken:
+        return _outcome("port-free", title, Severity.CRITICAL,
+                        Result.passed(f"{host}:{record.port} is free"), started)
+    return _outcome("port-free", title, Severity.CRITICAL, Result.fail(
+        f"another process already listens on {host}:{record.port}",
+        f"stop it (`ss -ltnp 'sport = :{record.port}'` shows which) or re-launch with another --port",
+        port=record.port), started)
+
+
+def gate_settings(settings: Settings, record: InstanceRecord) -> Settings:
+    """The stack checks look at the interpreter beside the instance's vllm, not at npuops' own."""
+    exe = record.vllm_command[0]
+    python = Path(exe).parent / "python"
+    if os.path.isabs(exe) and python.exists():
+        return replace(settings, stack_python=str(python))
+    return settings
+
+
+def run_gate(record: InstanceRecord, settings: Settings) -> GateReport:
+    started = time.monotonic()
+    wanted = NPU_GATE_CHECKS if record.target_kind == "npu" else HOST_GATE_CHECKS
+    checks = [c for c in discover_checks() if c.id in wanted]
+    options = DoctorOptions(
+        env_file=record.env_file if record.env_file.exists() else None,
+        model_dir=Path(record.model_path),
+        devices=record.devices or None,
+        gpu_memory_utilization=record.gpu_memory_utilization,
+        graph_mode=record.graph_mode,
+    )
+    context = CheckContext(Probe(gate_settings(settings, record)), options)
+    report = run_checks(checks, context)
+    own = (check_engine_executable(record), check_model_directory(record), check_port_free(record))
+    return GateReport(own + report.outcomes, time.monotonic() - started)
+
+
+def render_gate_text(report: GateReport, name: str) -> str:
+    lines = []
+    for outcome in report.blocking:
+        lines.append(f"refused [{outcome.check_id}] {outcome.result.message}")
+        lines.append(f"  fix: {outcome.result.remediation}")
+    for outcome in report.warnings:
+        lines.append(f"{outcome.result.status.value} [{outcome.check_id}] {outcome.result.message}")
+    passed = sum(1 for o in report.outcomes if o.result.status is Status.PASS)
+    skipped = sum(1 for o in report.outcomes if o.result.status is Status.SKIP)
+    verdict = "refuses to start" if report.blocking else "lets it start"
+    lines.append(f"start gate for {name}: {passed} passed, {skipped} skipped, {len(report.warnings)} warning(s), "
+                 f"{len(report.blocking)} blocking: {verdict} ({report.duration_s:.1f} s)")
+    return "\n".join(lines)
+
+
+def refusal_status(report: GateReport, name: str) -> dict[str, object]:
+    """What the status file says after a refused start, so `npuops status` can name the check and its fix."""
+    first = report.blocking[0]
+    return {
+        "name": name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "exited",
+        "stages": [], "started_at": time.time(), "healthy_at": None, "url": None, "updated_at": time.time(),
+        "exit": {"code": 1, "reason": "gate-refused", "engine_returncode": None, "at": time.time(),
+                 "diagnosis": {"id": f"gate:{first.check_id}", "cause": first.result.message,
+                               "fix": first.result.remediation or "", "line": "", "source": "npuops start gate",
+                               "permanent": False},
+                 "log_tail": [], "blocking": [o.check_id for o in report.blocking]},
+    }

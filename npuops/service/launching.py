@@ -1,0 +1,239 @@
+"""`npuops launch` after planning and rendering: as a systemd service, or with the supervisor in the terminal.
+
+Human progress goes to stderr as it happens ("[  12 s] loading weights"); the summary goes to stdout. With
+--json the service launch prints one JSON document at the end and the foreground prints JSON lines (one per
+stage, one when ready, one at exit), since it runs until stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from npuops.atomic import write_text_atomic
+from npuops.envfile import parse_env_file
+from npuops.errors import ExitCode
+from npuops.launch.render import InstanceFiles
+from npuops.service.deploy import (
+    check_ports_free,
+    check_service_user,
+    find_conflicts,
+    follow_start,
+    install,
+    stop_foreground,
+    write_instance,
+)
+from npuops.service.endpoint import Completion, base_url, first_completion
+from npuops.service.engine_log import Stage
+from npuops.service.gate import refusal_status, render_gate_text, run_gate
+from npuops.service.manager import SystemdManager
+from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status
+from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
+from npuops.settings import Settings
+
+
+class Reporter:
+    def __init__(self, as_json: bool, json_lines: bool = False) -> None:
+        self.as_json = as_json
+        self.json_lines = json_lines
+
+    def progress(self, text: str) -> None:
+        if not self.as_json:
+            print(text, file=sys.stderr, flush=True)
+
+    def event(self, **data: Any) -> None:
+        if self.as_json and self.json_lines:
+            print(json.dumps(data), flush=True)
+
+    def out(self, text: str) -> None:
+        if not self.as_json:
+            print(text, flush=True)
+
+
+def stage_line(name: str, stage: str, detail: str, elapsed: float) -> str:
+    return f"[{elapsed:5.0f} s] {name}: {stage}" + (f" ({detail})" if detail else "")
+
+
+def _stop_previous(records: Sequence[InstanceRecord], settings: Settings, manager: SystemdManager | None,
+                   report: Reporter) -> None:
+    """A launch under a name already in use replaces that instance: stop it first."""
+    existing = {r.name: r for r in list_records(settings.state_dir)}
+    for record in records:
+        old = existing.get(record.name)
+        if old is None:
+            continue
+        if old.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
+            if manager.state(old.unit).active_state in ("active", "activating", "reloading"):
+                report.progress(f"stopping the running {old.unit} to replace it")
+                manager.stop(old.unit, timeout=old.stop_timeout_s + 30)
+        elif not stop_foreground(old, old.stop_timeout_s + 10):
+            report.progress(f"note: the earlier foreground run of {old.name} did not stop")
+
+
+def _summary(record: InstanceRecord, seconds: float, completion: Completion, api_key: str | None) -> list[str]:
+    url = base_url(record.host, record.port)
+    prediction = record.prediction or {}
+    lines = [f"{record.name} is serving after {seconds:.0f} s",
+             f"  endpoint   {url}/v1 (OpenAI-compatible){'; needs the API key' if api_key else ''}",
+             f"  model      {record.served_model_name}",
+             f"  first      {completion.tokens} token(s) in {completion.seconds:.2f} s "
+             f"(finish: {completion.finish_reason})"]
+    if prediction:
+        parts = [f"TTFT {prediction['ttft_ms']:.0f} ms" if prediction.get("ttft_ms") is not None else "",
+                 f"TPOT {prediction['tpot_ms']:.1f} ms" if prediction.get("tpot_ms") is not None else "",
+                 f"{prediction['output_tokens_per_s']:.0f} output tokens/s"
+                 if prediction.get("output_tokens_per_s") is not None else ""]
+        lines.append(f"  plan       {', '.join(p for p in parts if p)} predicted for {record.hardware_label}")
+    return lines
+
+
+def _failure_lines(status: Mapping[str, Any] | None, log_tail: Sequence[str]) -> list[str]:
+    lines = []
+    if log_tail:
+        lines.append(f"last {len(log_tail)} log line(s):")
+        lines += [f"  | {line}" for line in log_tail]
+    exit_info = (status or {}).get("exit") or {}
+    diagnosis = exit_info.get("diagnosis")
+    if diagnosis:
+        lines.append(f"diagnosis [{diagnosis['id']}]: {diagnosis['cause']}")
+        if diagnosis.get("line"):
+            lines.append(f"  seen: {diagnosis['line']}")
+        lines.append(f"  fix: {diagnosis['fix']}")
+    else:
+        lines.append("diagnosis: no known failure signature in the log; read it above or with `npuops logs`")
+    return lines
+
+
+# --- the foreground -------------------------------------------------------------------------------------------
+
+def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
+                      notes: Sequence[str], environ: Mapping[str, str]) -> ExitCode | int:
+    record = instance.record
+    report = Reporter(as_json, json_lines=True)
+    find_conflicts([record], list_records(settings.state_dir))
+    _stop_previous([record], settings, None, report)
+    check_ports_free([record])
+    write_instance(instance, settings.state_dir)
+    for note in notes:
+        report.progress(f"note: {note}")
+    gate = run_gate(record, settings)
+    report.progress(render_gate_text(gate, record.name))
+    report.event(event="gate", **gate.to_json())
+    if not gate.ok:
+        write_text_atomic(Path(record.status_file), json.dumps(refusal_status(gate, record.name), indent=2) + "\n")
+        return ExitCode.CHECKS_FAILED
+    url = base_url(record.host, record.port)
+
+    def on_stage(stage: Stage, detail: str, elapsed: float) -> None:
+        report.progress(stage_line(record.name, stage.value, detail, elapsed))
+        report.event(event="stage", stage=stage.value, detail=detail, elapsed_s=round(elapsed, 1))
+
+    def on_ready() -> None:
+        completion = first_completion(url, record.served_model_name, api_key=api_key)
+        seconds = time.monotonic() - started
+        if completion.ok:
+            for line in _summary(record, seconds, completion, api_key):
+                report.out(line)
+            report.out(f"  stop       Ctrl-C here, or `npuops stop {record.name}`; "
+                       f"`npuops status {record.name}` for live figures")
+        else:
+            report.progress(f"warning: /health answers but the first request failed: {completion.error}")
+        report.event(event="ready", url=url, model=record.served_model_name, seconds=round(seconds, 1),
+                     first_request={"ok": completion.ok, "tokens": completion.tokens,
+                                    "seconds": round(completion.seconds, 3), "error": completion.error})
+
+    overlay = parse_env_file(record.env_file.read_text(encoding="utf-8"), str(record.env_file))
+    options = SupervisorOptions(echo_engine_log=False, write_engine_log=True, env_overlay=overlay,
+                                on_stage=on_stage, on_ready=on_ready)
+    started = time.monotonic()
+    supervisor = Supervisor(record, environ, options)
+    supervisor.install_signal_handlers()
+    report.progress(f"engine log: {record.engine_log}")
+    outcome = supervisor.run()
+    report.event(event="exit", code=outcome.exit_code, reason=outcome.reason,
+                 engine_returncode=outcome.engine_returncode,
+                 diagnosis=outcome.diagnosis.to_json() if outcome.diagnosis else None)
+    if outcome.reason == "stopped":
+        report.progress(f"{record.name} stopped")
+        return ExitCode.OK
+    for line in _failure_lines(read_status(record), outcome.log_tail):
+        report.progress(line)
+    return outcome.exit_code or ExitCode.CHECKS_FAILED
+
+
+# --- the service ------------------------------------------------------------------------------------------------
+
+def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
+                   api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str) -> ExitCode:
+    report = Reporter(as_json)
+    records = [i.record for i in instances]
+    find_conflicts(records, list_records(settings.state_dir))
+    check_service_user(service_user)
+    _stop_previous(records, settings, manager, report)
+    check_ports_free(records)
+    for note in notes:
+        report.progress(f"note: {note}")
+    results: list[dict[str, Any]] = []
+    ok = True
+    for instance in instances:
+        record = instance.record
+        written = install(instance, settings.state_dir, manager)
+        report.progress(f"installed {record.unit} ({', '.join(str(p) for p in written)})")
+        results.append(_start_one(record, manager, report, api_key, [str(p) for p in written]))
+        ok = ok and bool(results[-1]["ok"])
+    if as_json:
+        print(json.dumps({"ok": ok, "instances": results, "notes": list(notes)}, indent=2))
+    return ExitCode.OK if ok else ExitCode.CHECKS_FAILED
+
+
+def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter, api_key: str | None,
+               written: list[str]) -> dict[str, Any]:
+    started = time.monotonic()
+    report.progress(f"[    0 s] {record.name}: starting {record.unit} (start gate, then the engine)")
+    # Real systemd returns at once (--no-block); the test stand-in blocks until READY, so it runs beside us.
+    starter = subprocess.Popen(manager.start_command(record.unit), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+
+    def unit_failed() -> bool:
+        if starter.poll() is None:
+            return False
+        return manager.state(record.unit).active_state in ("failed", "inactive")
+
+    result = follow_start(
+        record, started_at=started, timeout_s=record.timeout_start_s + 90, failed=unit_failed,
+        on_stage=lambda stage, detail, elapsed: report.progress(stage_line(record.name, stage, detail, elapsed)))
+    try:
+        start_output, _ = starter.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        start_output = ""
+    entry: dict[str, Any] = {"name": record.name, "unit": record.unit, "url": base_url(record.host, record.port),
+                             "model": record.served_model_name, "files": written, "seconds": round(result.seconds, 1)}
+    if result.healthy:
+        completion = first_completion(entry["url"], record.served_model_name, api_key=api_key)
+        entry.update(ok=completion.ok, first_request={"ok": completion.ok, "tokens": completion.tokens,
+                                                      "seconds": round(completion.seconds, 3),
+                                                      "error": completion.error},
+                     prediction=record.prediction)
+        if completion.ok:
+            for line in _summary(record, result.seconds, completion, api_key):
+                report.out(line)
+            report.out(f"  manage     `npuops status {record.name}`, `npuops logs {record.name} -f`, "
+                       f"`npuops stop {record.name}`")
+        else:
+            report.progress(f"{record.name}: /health answers but the first request failed: {completion.error}")
+        return entry
+    tail = manager.recent_log(record.unit, LOG_TAIL_LINES)
+    why = {"failed": "the service failed", "timeout": "the engine did not become healthy in time"}[result.reason]
+    report.progress(f"{record.name}: {why} after {result.seconds:.0f} s")
+    if start_output.strip():
+        report.progress(start_output.strip())
+    for line in _failure_lines(result.status, tail):
+        report.progress(line)
+    exit_info = (result.status or {}).get("exit") or {}
+    entry.update(ok=False, reason=result.reason, diagnosis=exit_info.get("diagnosis"), log_tail=tail)
+    return entry

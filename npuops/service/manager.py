@@ -1,0 +1,158 @@
+"""The one small interface to the service manager: install a unit, start, stop, ask its state, read its logs.
+
+`SystemdManager` drives real systemd (`systemctl`, `journalctl`) on production nodes. The same class drives
+docker-systemctl-replacement (`systemctl3.py --root=DIR`, the init of many containers and the stand-in the tests
+use to run the very same unit files): the command is a setting (`systemctl`), and that tool keeps a unit's log in
+a file instead of the journal, which `log_command` knows. Every call is an argument list; nothing goes through a
+shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from npuops.atomic import write_text_atomic
+from npuops.errors import EnvironmentMissingError
+from npuops.settings import Settings
+
+_SHOW_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestamp", "NRestarts", "Result",
+                    "UnitFileState", "LoadState")
+
+
+@dataclass(frozen=True)
+class UnitState:
+    active_state: str  # active, activating, deactivating, inactive, failed, unknown
+    sub_state: str
+    main_pid: int | None
+    since: str  # ActiveEnterTimestamp as systemd prints it ("" when never active)
+    restarts: int | None
+    result: str
+    enabled: str
+    loaded: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"active_state": self.active_state, "sub_state": self.sub_state, "main_pid": self.main_pid,
+                "since": self.since, "restarts": self.restarts, "result": self.result, "enabled": self.enabled,
+                "loaded": self.loaded}
+
+
+def parse_show(text: str) -> UnitState:
+    """`systemctl show -p A -p B UNIT` output (KEY=VALUE lines) as a UnitState. Pure."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+
+    def number(key: str) -> int | None:
+        raw = values.get(key, "")
+        return int(raw) if raw.isdigit() else None
+
+    pid = number("MainPID")
+    return UnitState(
+        active_state=values.get("ActiveState", "unknown") or "unknown",
+        sub_state=values.get("SubState", "unknown") or "unknown",
+        main_pid=pid if pid else None,
+        since=values.get("ActiveEnterTimestamp", ""),
+        restarts=number("NRestarts"),
+        result=values.get("Result", ""),
+        enabled=values.get("UnitFileState", ""),
+        loaded=values.get("LoadState", ""),
+    )
+
+
+class SystemdManager:
+    def __init__(self, systemctl: list[str], unit_dir: Path, run_dir: Path = Path("/run/systemd/system"),
+                 timeout_s: float = 60.0) -> None:
+        self.systemctl = systemctl
+        self.unit_dir = unit_dir
+        self.run_dir = run_dir
+        self.timeout_s = timeout_s
+
+    @property
+    def is_replacement(self) -> bool:
+        """docker-systemctl-replacement rather than systemd itself (it keeps logs in files, not the journal)."""
+        return Path(self.systemctl[0]).name.startswith(("systemctl3", "systemctl.py", "systemctl2"))
+
+    def unavailable_reason(self) -> str | None:
+        """Why units cannot be run here, or None. Real systemd must be the init (sd_booted(3))."""
+        if self.is_replacement:
+            return None
+        if not self.run_dir.is_dir():
+            return "systemd is not running as init on this machine (no /run/systemd/system)"
+        return None
+
+    def _run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [*self.systemctl, *args]
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout or self.timeout_s,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise EnvironmentMissingError(f"{argv[0]} is not installed", "install systemd, or run the engine "
+                                          "in the terminal with `npuops launch --foreground`") from None
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(argv, 124, "", f"{' '.join(argv)} timed out")
+
+    def _checked(self, *args: str, timeout: float | None = None) -> None:
+        result = self._run(*args, timeout=timeout)
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip().splitlines()
+            raise RuntimeError(f"`{' '.join(shlex.quote(a) for a in [*self.systemctl, *args])}` failed "
+                               f"(rc {result.returncode}): {said[-1] if said else 'no output'}")
+
+    def install_unit(self, unit: str, text: str) -> Path:
+        path = self.unit_dir / unit
+        write_text_atomic(path, text, mode=0o644)
+        self._checked("daemon-reload")
+        return path
+
+    def remove_unit(self, unit: str) -> None:
+        (self.unit_dir / unit).unlink(missing_ok=True)
+        self._run("daemon-reload")
+
+    def enable(self, unit: str) -> None:
+        self._checked("enable", unit)
+
+    def disable(self, unit: str) -> None:
+        self._run("disable", unit)
+
+    def start_command(self, unit: str) -> list[str]:
+        """`systemctl start --no-block UNIT`: returns at once with real systemd; launch follows the progress."""
+        return [*self.systemctl, "start", "--no-block", unit]
+
+    def start(self, unit: str) -> None:
+        self._checked("start", "--no-block", unit)
+
+    def stop(self, unit: str, timeout: float | None = None) -> None:
+        self._checked("stop", unit, timeout=timeout)
+
+    def restart(self, unit: str) -> None:
+        self._checked("restart", "--no-block", unit)
+
+    def state(self, unit: str) -> UnitState:
+        args = ["show"] + [f"--property={p}" for p in _SHOW_PROPERTIES] + [unit]
+        result = self._run(*args)
+        return parse_show(result.stdout if result.returncode == 0 else "")
+
+    def log_command(self, unit: str, lines: int, follow: bool) -> list[str]:
+        if self.is_replacement:
+            return [*self.systemctl, "log", unit, "-n", str(lines), *(["-f"] if follow else ["--no-pager"])]
+        return ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat",
+                *(["--follow"] if follow else [])]
+
+    def recent_log(self, unit: str, lines: int = 40) -> list[str]:
+        argv = self.log_command(unit, lines, follow=False)
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                                    stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        return result.stdout.splitlines()[-lines:]
+
+
+def service_manager(settings: Settings) -> SystemdManager:
+    return SystemdManager(shlex.split(settings.systemctl), settings.unit_dir,
+                          run_dir=settings.host_path("/run/systemd/system"))

@@ -1,0 +1,148 @@
+"""The record of one launched instance: `<state_dir>/<name>/instance.json`, beside its vllm.yaml and env file.
+
+Launch writes it; the supervisor (`npuops run NAME`), the start gate, `status`, `stop`, `logs` and `list` read it.
+It holds no secret (the API key stays in the 0600 env file), so it is world-readable like the vLLM config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from npuops import __version__
+from npuops.atomic import write_text_atomic
+from npuops.errors import BadInputError, ConfigError
+from npuops.launch.render import CONFIG_FILE, ENV_FILE, validate_instance_name
+
+RECORD_FILE = "instance.json"
+STATUS_FILE = "supervisor.json"
+ENGINE_LOG_FILE = "engine.log"
+
+MANAGER_SYSTEMD = "systemd"
+MANAGER_FOREGROUND = "foreground"
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    name: str
+    manager: str  # "systemd" (a unit runs `npuops run NAME`) or "foreground" (a terminal runs it)
+    unit: str
+    model_path: str
+    served_model_name: str
+    host: str
+    port: int
+    devices: tuple[int, ...]  # NPU device ids (ASCEND_RT_VISIBLE_DEVICES); empty on the CPU
+    target_kind: str  # "npu" or "cpu"
+    hardware_label: str
+    vllm_command: tuple[str, ...]  # the `vllm serve` prefix, e.g. ("/opt/npuops/venv/bin/vllm", "serve")
+    instance_dir: str
+    status_file: str  # where the supervisor writes its state (the service's StateDirectory under systemd)
+    timeout_start_s: int
+    watchdog_s: int
+    stop_timeout_s: int
+    gpu_memory_utilization: float
+    graph_mode: bool
+    api_key: bool = False  # whether the env file carries VLLM_API_KEY (the key itself is never here)
+    prediction: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    npuops_version: str = __version__
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.instance_dir)
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / CONFIG_FILE
+
+    @property
+    def env_file(self) -> Path:
+        return self.directory / ENV_FILE
+
+    @property
+    def engine_log(self) -> Path:
+        return Path(self.status_file).parent / ENGINE_LOG_FILE
+
+    @property
+    def engine_argv(self) -> list[str]:
+        return [*self.vllm_command, self.model_path, "--config", str(self.config_file)]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["devices"] = list(self.devices)
+        data["vllm_command"] = list(self.vllm_command)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> InstanceRecord:
+        known = {f.name for f in fields(cls)}
+        try:
+            values = {k: v for k, v in data.items() if k in known}
+            values["devices"] = tuple(int(d) for d in values.get("devices", ()))
+            values["vllm_command"] = tuple(str(a) for a in values["vllm_command"])
+            values["port"] = int(values["port"])
+            return cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where} is not an npuops instance record ({exc})",
+                              "re-create it with `npuops launch`") from None
+
+
+def record_path(state_dir: Path, name: str) -> Path:
+    return state_dir / validate_instance_name(name) / RECORD_FILE
+
+
+def write_record(record: InstanceRecord) -> Path:
+    path = record.directory / RECORD_FILE
+    write_text_atomic(path, json.dumps(record.to_json(), indent=2) + "\n", mode=0o644)
+    return path
+
+
+def load_record(state_dir: Path, name: str) -> InstanceRecord:
+    path = record_path(state_dir, name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        known = [r.name for r in list_records(state_dir)]
+        hint = f"known instances: {', '.join(known)}" if known else "no instance was launched here yet"
+        raise BadInputError(f"no instance named {name!r} in {state_dir}",
+                            f"use a name from `npuops list` ({hint})") from None
+    except OSError as exc:
+        raise BadInputError(f"cannot read {path}: {exc.strerror}", "run as a user that can read it (root)") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{path} is not valid JSON", "re-create it with `npuops launch`") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} is not an npuops instance record", "re-create it with `npuops launch`")
+    return InstanceRecord.from_json(data, str(path))
+
+
+def list_records(state_dir: Path) -> list[InstanceRecord]:
+    """Every readable instance record under state_dir, by name; unreadable ones are left out."""
+    records = []
+    try:
+        entries = sorted(os.scandir(state_dir), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        path = Path(entry.path) / RECORD_FILE
+        if not path.is_file():
+            continue
+        try:
+            records.append(load_record(state_dir, entry.name))
+        except (BadInputError, ConfigError):
+            continue
+    return records
+
+
+def read_status(record: InstanceRecord) -> dict[str, Any] | None:
+    """The supervisor's last written state, or None when it never ran (or the file is unreadable)."""
+    try:
+        data = json.loads(Path(record.status_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,354 @@
+"""The supervisor: `npuops run NAME`, the ExecStart of every npuops unit (and `npuops launch --foreground`).
+
+It runs `vllm serve MODEL --config vllm.yaml` as its child and stands between it and systemd:
+- progress: the engine's log is read line by line for the start-up stages (engine_log.py); each stage goes to
+  systemd as STATUS=, to the status file `npuops status` reads, and to the terminal in the foreground;
+- readiness: READY=1 only once GET /health answers 200 (Type=notify), never when the process merely exists;
+- liveness: WATCHDOG=1 only while /health keeps answering, so systemd (WatchdogSec=) restarts an engine that
+  hangs. Without a systemd watchdog (the foreground) the supervisor applies the same timeout itself;
+- stopping: SIGTERM/SIGINT are forwarded to the engine, which shuts down gracefully; its process group is killed
+  after the stop timeout, so no EngineCore or worker outlives it;
+- dying: when the engine exits on its own, its log is matched against the known failure signatures
+  (diagnosis.py); the diagnosis goes to the journal and the status file, and the supervisor exits with the
+  engine's status (128+N for a signal) so Restart=on-failure restarts a crash, or with 78 (EX_CONFIG, listed in
+  RestartPreventExitStatus=) when a restart cannot help.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from npuops.atomic import write_text_atomic
+from npuops.service.diagnosis import Diagnosis, diagnose
+from npuops.service.endpoint import base_url, health_ok
+from npuops.service.engine_log import Stage, kv_cache_tokens, stage_of
+from npuops.service.notify import Notifier, watchdog_interval_s
+from npuops.service.record import InstanceRecord
+
+EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
+LOG_TAIL_LINES = 40
+_KEEP_LINES = 2000
+# The variables only the supervisor may use: the engine must not talk to systemd's notify socket itself.
+_SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+@dataclass
+class SupervisorOptions:
+    poll_interval_s: float = 1.0
+    health_timeout_s: float = 5.0
+    # Echo the engine's log to stdout (the journal under systemd); the foreground shows progress instead.
+    echo_engine_log: bool = True
+    # Also write the engine's log to the instance's engine.log (the foreground: `npuops logs` reads it).
+    write_engine_log: bool = False
+    # Variables to lay over the inherited environment (the foreground reads the env file itself).
+    env_overlay: Mapping[str, str] = field(default_factory=dict)
+    on_stage: Callable[[Stage, str, float], None] | None = None
+    # Called once when the engine first answers /health (launch --foreground sends its first request there).
+    on_ready: Callable[[], None] | None = None
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    reason: str  # "stopped", "engine-exited", "start-timeout", "hang", "not-started"
+    engine_returncode: int | None = None
+    diagnosis: Diagnosis | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, record: InstanceRecord, environ: Mapping[str, str], options: SupervisorOptions | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.record = record
+        self.environ = dict(environ)
+        self.options = options or SupervisorOptions()
+        self.notifier = notifier if notifier is not None else Notifier.from_environ(environ)
+        self.url = base_url(record.host, record.port)
+        self._stop = threading.Event()
+        self._hang_signal = threading.Event()
+        self._lines: collections.deque[str] = collections.deque(maxlen=_KEEP_LINES)
+        self._stage_events: collections.deque[tuple[Stage, str]] = collections.deque()
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._log_file: IO[str] | None = None
+        self._started = time.monotonic()
+        self._state: dict[str, Any] = {
+            "name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": None,
+            "stages": [], "started_at": time.time(), "healthy_at": None, "last_health_at": None,
+            "kv_cache_tokens": None, "url": self.url, "exit": None,
+        }
+
+    # --- signals ----------------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        def on_stop(signum: int, frame: object) -> None:
+            self._stop.set()
+
+        def on_watchdog(signum: int, frame: object) -> None:
+            # systemd's WatchdogSignal (SIGABRT): the engine stopped answering and systemd gave up on it.
+            self._hang_signal.set()
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGABRT, on_watchdog)
+
+    # --- state ------------------------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def _set_stage(self, stage: Stage, detail: str = "") -> None:
+        if self._state["stage"] == stage.value:
+            return
+        elapsed = self._elapsed()
+        self._state["stage"] = stage.value
+        self._state["stages"].append({"stage": stage.value, "at": time.time(), "elapsed_s": round(elapsed, 1),
+                                      "detail": detail})
+        text = f"{stage.value}" + (f": {detail}" if detail else "")
+        self.notifier.status(f"{self.record.name}: {text}")
+        self._write_status()
+        if self.options.on_stage is not None:
+            self.options.on_stage(stage, detail, elapsed)
+
+    def _write_status(self) -> None:
+        self._state["updated_at"] = time.time()
+        try:
+            write_text_atomic(Path(self.record.status_file), json.dumps(self._state, indent=2) + "\n", mode=0o644)
+        except OSError as exc:
+            # The status file is for `npuops status`; failing to write it must not take the engine down.
+            self._say(f"cannot write {self.record.status_file}: {exc.strerror}")
+
+    def _say(self, text: str) -> None:
+        """A line of the supervisor's own: stderr, which is the journal under systemd."""
+        print(f"npuops[{self.record.name}]: {text}", file=sys.stderr, flush=True)
+
+    # --- the engine -------------------------------------------------------------------------------------------
+    def child_environment(self) -> dict[str, str]:
+        env = dict(self.environ)
+        env.update(self.options.env_overlay)
+        for key in _SUPERVISOR_ONLY:
+            env.pop(key, None)
+        return env
+
+    def _read_engine_output(self, stream: IO[bytes]) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with self._lock:
+                self._lines.append(line)
+            if self.options.echo_engine_log:
+                print(line, flush=True)
+            if self._log_file is not None:
+                self._log_file.write(line + "\n")
+                self._log_file.flush()
+            stage = stage_of(line)
+            if stage is not None:
+                tokens = kv_cache_tokens(line)
+                detail = f"{tokens:,} tokens" if tokens is not None else ""
+                if tokens is not None:
+                    self._state["kv_cache_tokens"] = tokens
+                with self._lock:
+                    self._stage_events.append((stage, detail))
+        stream.close()
+
+    def _start_engine(self) -> str | None:
+        """Start the engine; an error message when it cannot even be started."""
+        argv = self.record.engine_argv
+        if self.options.write_engine_log:
+            log_path = self.record.engine_log
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in _finish
+            os.chmod(log_path, 0o640)
+        try:
+            # A session of its own: the whole engine (API server, EngineCore, workers) is one process group
+            # the supervisor can stop, and a Ctrl-C in the terminal reaches only the supervisor.
+            self._process = subprocess.Popen(argv, env=self.child_environment(), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        except OSError as exc:
+            return f"cannot start {argv[0]}: {exc.strerror}"
+        assert self._process.stdout is not None
+        self._reader = threading.Thread(target=self._read_engine_output, args=(self._process.stdout,),
+                                        name="engine-log", daemon=True)
+        self._reader.start()
+        self._state["engine_pid"] = self._process.pid
+        self._say(f"started the engine (pid {self._process.pid}): {' '.join(argv)}")
+        return None
+
+    def _kill_group(self, sig: int) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, sig)
+
+    def _stop_engine(self) -> int | None:
+        """SIGTERM to the API server (it stops its EngineCore), then SIGKILL to the group after the timeout."""
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=self.record.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._say(f"the engine did not stop within {self.record.stop_timeout_s} s; killing it")
+                self._kill_group(signal.SIGKILL)
+                process.wait()
+        # Whatever is left of the group (an EngineCore whose API server was killed) goes too.
+        self._kill_group(signal.SIGKILL)
+        return process.returncode
+
+    def _lines_snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self._lines)
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        self._set_stage(Stage.STARTING, f"{self.record.served_model_name} on {self.url}")
+        error = self._start_engine()
+        if error is not None:
+            diagnosis = Diagnosis("engine-missing", error,
+                                  f"install vLLM where the instance expects it ({self.record.vllm_command[0]}), "
+                                  "e.g. `npuops provision --tags python`, or re-launch with --vllm PATH",
+                                  error, "npuops", permanent=True)
+            return self._finish(Outcome(EXIT_CONFIG, "not-started", None, diagnosis))
+        assert self._process is not None
+        watchdog = watchdog_interval_s(self.environ, os.getpid())
+        # systemd's watchdog handles hangs when it is on; otherwise the supervisor does, with the same timeout.
+        own_hang_timeout = None if watchdog is not None else float(self.record.watchdog_s or 0) or None
+        ready = False
+        last_healthy = 0.0
+        last_ping = 0.0
+        while True:
+            self._drain_stage_events(ready)
+            returncode = self._process.poll()
+            if returncode is not None:
+                return self._finish(self._engine_exited(returncode))
+            if self._stop.is_set():
+                self.notifier.stopping(f"{self.record.name}: stopping")
+                self._set_stage(Stage.STOPPING)
+                code = self._stop_engine()
+                return self._finish(Outcome(0, "stopped", code))
+            if self._hang_signal.is_set():
+                return self._finish(self._hung("systemd's watchdog fired"))
+            now = time.monotonic()
+            healthy = health_ok(self.url, timeout=self.options.health_timeout_s)
+            now = time.monotonic()
+            if healthy:
+                last_healthy = now
+                self._state["last_health_at"] = time.time()
+                if not ready:
+                    ready = True
+                    self._drain_stage_events(ready)
+                    self._state["healthy_at"] = time.time()
+                    self._set_stage(Stage.HEALTHY, f"{self.url} answers /health after {self._elapsed():.0f} s")
+                    self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
+                    if self.options.on_ready is not None:
+                        self.options.on_ready()
+                elif self._state["stage"] == Stage.UNHEALTHY.value:
+                    self._set_stage(Stage.HEALTHY, "answers /health again")
+                if watchdog is not None and now - last_ping >= watchdog:
+                    self.notifier.watchdog()
+                    last_ping = now
+            elif ready:
+                if self._state["stage"] != Stage.UNHEALTHY.value:
+                    self._set_stage(Stage.UNHEALTHY, "/health stopped answering; watchdog pings withheld")
+                if own_hang_timeout is not None and now - last_healthy > own_hang_timeout:
+                    return self._finish(self._hung(f"/health did not answer for {own_hang_timeout:.0f} s"))
+            elif self._elapsed() > self.record.timeout_start_s:
+                return self._finish(self._start_timed_out())
+            self._stop.wait(self.options.poll_interval_s)
+
+    def _drain_stage_events(self, ready: bool) -> None:
+        while True:
+            with self._lock:
+                if not self._stage_events:
+                    return
+                stage, detail = self._stage_events.popleft()
+            current = Stage(self._state["stage"] or Stage.STARTING.value)
+            # Log stages only move forward, and never past "healthy" (which only /health may announce).
+            if not ready and stage.order > current.order:
+                self._set_stage(stage, detail)
+
+    def _engine_exited(self, returncode: int) -> Outcome:
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        self._kill_group(signal.SIGKILL)
+        lines = self._lines_snapshot()
+        diagnosis = diagnose(lines, self._facts())
+        if returncode < 0:
+            code = 128 - returncode
+        elif returncode == 0:
+            code = 1  # a server that exits on its own, unasked, has failed
+        else:
+            code = returncode
+        if diagnosis is not None and diagnosis.permanent:
+            code = EXIT_CONFIG
+        return Outcome(code, "engine-exited", returncode, diagnosis)
+
+    def _hung(self, why: str) -> Outcome:
+        self._say(f"the engine hangs ({why}); killing it")
+        self._kill_group(signal.SIGKILL)
+        assert self._process is not None
+        self._process.wait()
+        diagnosis = diagnose(self._lines_snapshot(), self._facts()) or Diagnosis(
+            "hang", f"the engine stopped answering /health ({why})",
+            "read the engine's last log lines (`npuops logs NAME`); on an NPU node check the chips with "
+            "`npuops doctor --only chip-health,chip-health-detail` (a stuck chip hangs the engine)", why, "npuops")
+        return Outcome(1, "hang", self._process.returncode, diagnosis)
+
+    def _start_timed_out(self) -> Outcome:
+        self._say(f"the engine was not healthy within {self.record.timeout_start_s} s; stopping it")
+        code = self._stop_engine()
+        diagnosis = diagnose(self._lines_snapshot(), self._facts()) or Diagnosis(
+            "start-timeout", f"the engine did not answer /health within {self.record.timeout_start_s} s "
+            f"(last stage: {self._state['stage']})",
+            "read the engine's log (`npuops logs NAME`) for the stage it stopped at; for a large model raise "
+            "the start timeout with `npuops launch --start-timeout SECONDS`", "", "npuops")
+        return Outcome(1, "start-timeout", code, diagnosis)
+
+    def _facts(self) -> dict[str, str]:
+        return {"name": self.record.name, "env_file": str(self.record.env_file), "port": str(self.record.port),
+                "model": self.record.model_path}
+
+    def _finish(self, outcome: Outcome) -> Outcome:
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        lines = self._lines_snapshot()
+        outcome.log_tail = lines[-LOG_TAIL_LINES:]
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self._state["exit"] = {
+            "code": outcome.exit_code, "reason": outcome.reason, "engine_returncode": outcome.engine_returncode,
+            "at": time.time(), "diagnosis": outcome.diagnosis.to_json() if outcome.diagnosis else None,
+            "log_tail": outcome.log_tail,
+        }
+        self._set_stage(Stage.EXITED, outcome.reason)
+        self._write_status()
+        if outcome.reason != "stopped":
+            self._say(f"the engine exited ({outcome.reason}, engine status {outcome.engine_returncode}); "
+                      f"supervisor exits {outcome.exit_code}")
+            if outcome.diagnosis is not None:
+                self._say(f"diagnosis [{outcome.diagnosis.id}]: {outcome.diagnosis.cause}")
+                if outcome.diagnosis.line:
+                    self._say(f"  seen: {outcome.diagnosis.line}")
+                self._say(f"  fix: {outcome.diagnosis.fix}")
+        else:
+            self._say("stopped")
+        self.notifier.close()
+        return outcome
