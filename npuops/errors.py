@@ -54,6 +54,12 @@ class EnvironmentMissingError(NpuopsError):
     exit_code = ExitCode.ENVIRONMENT_MISSING
 
 
+class ServiceManagerError(NpuopsError):
+    """The service manager (systemctl) refused or failed an operation; its own message is in the problem."""
+
+    exit_code = ExitCode.CHECKS_FAILED
+
+
 class UsageError(NpuopsError):
     """Flags that do not go together."""
 

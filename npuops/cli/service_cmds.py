@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from npuops.cli.main import load_context_settings
-from npuops.errors import ExitCode, UsageError
+from npuops.errors import BadInputError, ExitCode, UsageError
 
 
 def _manager(settings: Any) -> Any:
@@ -36,9 +36,17 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
     from npuops.service.status import instance_status, render_status_text
 
     settings = load_context_settings(ctx)
-    records = [load_record(settings.state_dir, name)] if name else list_records(settings.state_dir)
-    manager = _manager(settings)
     deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            records = [load_record(settings.state_dir, name)] if name else list_records(settings.state_dir)
+            break
+        except BadInputError:
+            # With --wait, an instance whose launch has not written its record yet is waited for too.
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+    manager = _manager(settings)
     while True:
         statuses = [instance_status(r, manager) for r in records]
         settled = all(s["state"] in ("healthy", "failed", "stopped") for s in statuses)

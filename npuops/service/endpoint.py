@@ -32,6 +32,11 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"
 
 
+# The engine is on this node: never send its requests through the operator's $http_proxy (urllib honours it
+# whenever no_proxy does not name the host, and Ascend sites often set one for pip).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def http_request(url: str, *, data: Mapping[str, Any] | None = None, timeout: float = 5.0,
                  api_key: str | None = None) -> tuple[int, bytes] | None:
     """(status, body), or None when nothing answered (refused, reset, timed out)."""
@@ -44,7 +49,7 @@ def http_request(url: str, *, data: Mapping[str, Any] | None = None, timeout: fl
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http to our own engine
+        with _DIRECT.open(request, timeout=timeout) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()

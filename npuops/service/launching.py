@@ -8,6 +8,7 @@ stage, one when ready, one at exit), since it runs until stopped.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -121,6 +122,11 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
     write_instance(instance, settings.state_dir)
     for note in notes:
         report.progress(f"note: {note}")
+    # `npuops status` sees the instance starting from the first moment, not "stopped" while the gate runs.
+    write_text_atomic(Path(record.status_file), json.dumps(
+        {"name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "gate", "stages": [],
+         "started_at": time.time(), "healthy_at": None, "url": base_url(record.host, record.port),
+         "exit": None}, indent=2) + "\n")
     gate = run_gate(record, settings)
     report.progress(render_gate_text(gate, record.name))
     report.event(event="gate", **gate.to_json())

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from npuops.atomic import write_text_atomic
-from npuops.errors import EnvironmentMissingError
+from npuops.errors import EnvironmentMissingError, ServiceManagerError
 from npuops.settings import Settings
 
 _SHOW_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestamp", "NRestarts", "Result",
@@ -90,8 +90,8 @@ class SystemdManager:
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout or self.timeout_s,
                                   check=False, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise EnvironmentMissingError(f"{argv[0]} is not installed", "install systemd, or run the engine "
+        except OSError as exc:
+            raise EnvironmentMissingError(f"cannot run {argv[0]}: {exc.strerror}", "install systemd, or run the engine "
                                           "in the terminal with `npuops launch --foreground`") from None
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(argv, 124, "", f"{' '.join(argv)} timed out")
@@ -100,8 +100,10 @@ class SystemdManager:
         result = self._run(*args, timeout=timeout)
         if result.returncode != 0:
             said = (result.stderr or result.stdout).strip().splitlines()
-            raise RuntimeError(f"`{' '.join(shlex.quote(a) for a in [*self.systemctl, *args])}` failed "
-                               f"(rc {result.returncode}): {said[-1] if said else 'no output'}")
+            command = " ".join(shlex.quote(a) for a in [*self.systemctl, *args])
+            last = said[-1] if said else "no output"
+            raise ServiceManagerError(f"`{command}` failed (rc {result.returncode}): {last}",
+                                      "read the unit's log (`npuops logs NAME`) and `systemctl status` of the unit")
 
     def install_unit(self, unit: str, text: str) -> Path:
         path = self.unit_dir / unit

@@ -82,6 +82,9 @@ class InstanceRecord:
         known = {f.name for f in fields(cls)}
         try:
             values = {k: v for k, v in data.items() if k in known}
+            for key in ("devices", "vllm_command"):
+                if not isinstance(values.get(key, []), list):
+                    raise TypeError(f"{key} must be a list")
             values["devices"] = tuple(int(d) for d in values.get("devices", ()))
             values["vllm_command"] = tuple(str(a) for a in values["vllm_command"])
             values["port"] = int(values["port"])

@@ -35,7 +35,11 @@ def summarize(record: InstanceRecord, unit: dict[str, Any] | None, supervisor: d
     if alive and healthy:
         return "healthy"
     if alive:
-        return "unhealthy" if stage == "unhealthy" else f"starting ({stage})"
+        if stage == "stopping":
+            return "stopping"
+        if stage in ("healthy", "unhealthy"):
+            return "unhealthy"
+        return f"starting ({stage})"
     if exit_info and exit_info.get("reason") != "stopped":
         return "failed"
     return "stopped"

