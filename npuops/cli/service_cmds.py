@@ -24,7 +24,7 @@ def _manager(settings: Any) -> Any:
 @click.command()
 @click.argument("name", required=False)
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=0,
-              help="Wait up to this many seconds for the instance to become healthy (or to fail).")
+              help="Wait up to this many seconds until the instance is healthy (or has failed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.pass_context
 def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool) -> None:
@@ -49,7 +49,8 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
     manager = _manager(settings)
     while True:
         statuses = [instance_status(r, manager) for r in records]
-        settled = all(s["state"] in ("healthy", "failed", "stopped") for s in statuses)
+        # A stopped instance may be about to start (a boot, a restart): only healthy or failed ends the wait.
+        settled = all(s["state"] in ("healthy", "failed") for s in statuses)
         if settled or time.monotonic() >= deadline:
             break
         time.sleep(1.0)

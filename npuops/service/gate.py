@@ -34,6 +34,7 @@ NPU_GATE_CHECKS = (
 )
 HOST_GATE_CHECKS = ("shm-size", "free-memory")
 BLOCKING_SEVERITIES = (Severity.CRITICAL, Severity.HIGH)
+_AREA_ORDER = ("driver", "chips", "cann", "stack", "environment", "host", "launch")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class GateReport:
 
     @property
     def blocking(self) -> list[CheckOutcome]:
-        return [o for o in self.outcomes if o.result.status is Status.FAIL and o.severity in BLOCKING_SEVERITIES]
+        """The checks that refuse the start, most fundamental first (a missing driver before a sick chip)."""
+        failed = [o for o in self.outcomes if o.result.status is Status.FAIL and o.severity in BLOCKING_SEVERITIES]
+        return sorted(failed, key=lambda o: _AREA_ORDER.index(o.area) if o.area in _AREA_ORDER else len(_AREA_ORDER))
 
     @property
     def warnings(self) -> list[CheckOutcome]:

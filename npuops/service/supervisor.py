@@ -71,6 +71,29 @@ class Outcome:
     log_tail: list[str] = field(default_factory=list)
 
 
+# When the log names no cause, how the engine died still says something.
+_SIGNAL_CAUSES = {
+    signal.SIGKILL: ("the engine was killed with SIGKILL: by the kernel's OOM killer or by hand",
+                     "look for it in `dmesg | grep -i -e 'killed process' -e oom`; if the OOM killer did it, lower "
+                     "--max-num-seqs or --max-model-len, or give the node (container) more host memory"),
+    signal.SIGSEGV: ("the engine crashed with a segmentation fault (a native library: torch_npu, CANN or vLLM)",
+                     "check the stack is one compatible row (`npuops doctor --only stack-row,torch-npu-cann`) and "
+                     "read the lines before the crash with `npuops logs NAME`"),
+    signal.SIGBUS: ("the engine died of SIGBUS: usually shared memory (/dev/shm) ran out",
+                    "give /dev/shm more room (containers: --shm-size=16g); see `npuops doctor --only shm-size`"),
+    signal.SIGABRT: ("the engine aborted (SIGABRT): a native library gave up",
+                     "read the lines before the abort with `npuops logs NAME`"),
+}
+
+
+def signal_diagnosis(returncode: int) -> Diagnosis | None:
+    if returncode >= 0 or -returncode not in _SIGNAL_CAUSES:
+        return None
+    cause, fix = _SIGNAL_CAUSES[signal.Signals(-returncode)]
+    return Diagnosis(f"signal-{signal.Signals(-returncode).name.lower()}", cause, fix,
+                     f"engine exit status {returncode}", "npuops")
+
+
 class Supervisor:
     def __init__(self, record: InstanceRecord, environ: Mapping[str, str], options: SupervisorOptions | None = None,
                  notifier: Notifier | None = None) -> None:
@@ -235,7 +258,7 @@ class Supervisor:
         own_hang_timeout = None if watchdog is not None else float(self.record.watchdog_s or 0) or None
         ready = False
         last_healthy = 0.0
-        last_ping = 0.0
+        last_probe = -1e9
         while True:
             self._drain_stage_events(ready)
             returncode = self._process.poll()
@@ -249,6 +272,17 @@ class Supervisor:
             if self._hang_signal.is_set():
                 return self._finish(self._hung("systemd's watchdog fired"))
             now = time.monotonic()
+            # The process is looked at every tick; /health only when due (every tick while starting, every
+            # ready_poll_interval_s, or the watchdog's interval if shorter, once ready).
+            health_interval = self.options.poll_interval_s
+            if ready:
+                health_interval = self.options.ready_poll_interval_s
+                if watchdog is not None:
+                    health_interval = min(health_interval, watchdog)
+            if now - last_probe < health_interval:
+                self._stop.wait(self.options.poll_interval_s)
+                continue
+            last_probe = now
             healthy = health_ok(self.url, timeout=self.options.health_timeout_s)
             now = time.monotonic()
             if healthy:
@@ -264,9 +298,9 @@ class Supervisor:
                         self.options.on_ready()
                 elif self._state["stage"] == Stage.UNHEALTHY.value:
                     self._set_stage(Stage.HEALTHY, "answers /health again")
-                if watchdog is not None and now - last_ping >= watchdog:
+                if watchdog is not None:
+                    # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
-                    last_ping = now
             elif ready:
                 if self._state["stage"] != Stage.UNHEALTHY.value:
                     self._set_stage(Stage.UNHEALTHY, "/health stopped answering; watchdog pings withheld")
@@ -274,10 +308,7 @@ class Supervisor:
                     return self._finish(self._hung(f"/health did not answer for {own_hang_timeout:.0f} s"))
             elif self._elapsed() > self.record.timeout_start_s:
                 return self._finish(self._start_timed_out())
-            interval = self.options.poll_interval_s
-            if ready:
-                interval = min(self.options.ready_poll_interval_s, watchdog or self.options.ready_poll_interval_s)
-            self._stop.wait(interval)
+            self._stop.wait(self.options.poll_interval_s)
 
     def _drain_stage_events(self, ready: bool) -> None:
         while True:
@@ -295,7 +326,7 @@ class Supervisor:
             self._reader.join(timeout=5)
         self._kill_group(signal.SIGKILL)
         lines = self._lines_snapshot()
-        diagnosis = diagnose(lines, self._facts())
+        diagnosis = diagnose(lines, self._facts()) or signal_diagnosis(returncode)
         if returncode < 0:
             code = 128 - returncode
         elif returncode == 0:

@@ -274,6 +274,7 @@ def test_supervisor_notify_watchdog_freeze_and_kill(workspace: Workspace, engine
         exit_info = final["exit"]
         assert isinstance(exit_info, dict)
         assert exit_info["reason"] == "engine-exited" and exit_info["engine_returncode"] == -signal.SIGKILL
+        assert exit_info["diagnosis"]["id"] == "signal-sigkill" and "dmesg" in exit_info["diagnosis"]["fix"]
         # The EngineCore and workers went with it: nothing of the engine's process group is left.
         wait_for(lambda: not group_alive(engine_pid), 10, "the engine's process group to be gone")
     finally:

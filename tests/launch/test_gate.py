@@ -1,0 +1,121 @@
+"""The start gate (`npuops run --preflight NAME`, the unit's ExecStartPre) on recorded npu-smi output.
+
+The instance is planned for four 910B2C chips (devices 4-7) and rendered as launch installs it; a fake npu-smi on
+PATH replays the real capture of such a node (tests/fixtures/ascend/npu-smi-info_910b2c_4dev_proc_1.txt, where
+another process holds 29 GB of NPU 4), or that capture with NPU 4's health cell changed to Alarm (the only edit,
+same width). Then the same refusal through the stand-in service manager: launch fails with the gate's verdict.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, capture, write_fake_tool
+
+B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"
+MODEL = REPO / "tests" / "fixtures" / "models" / "qwen3-8b"
+PLAN = ("--hardware", "910B2Cx8", "--devices", "4-7", "--tp", "4", "--vllm", "/bin/true")
+
+
+def sick_capture() -> str:
+    text = capture(B2C)
+    old = "| 4     910B2C              | OK            |"
+    assert old in text
+    return text.replace(old, "| 4     910B2C              | Alarm         |", 1)
+
+
+def npuops(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "npuops", *args], env=env, capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout, check=False)
+
+
+def environment(tmp_path: Path, npu_smi_output: str, state: Path, data_root: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    write_fake_tool(bin_dir, "npu-smi", npu_smi_output)
+    env = dict(os.environ)
+    env.update({"PATH": f"{bin_dir}:{env['PATH']}", "NPUOPS_STATE_DIR": str(state),
+                "NPUOPS_SERVICE_DATA_ROOT": str(data_root), "NPUOPS_ASCEND_ROOT": str(tmp_path / "no-ascend")})
+    return env
+
+
+def render(env: dict[str, str], state: Path, name: str) -> None:
+    proc = npuops(env, "launch", str(MODEL), *PLAN, "--name", name, "--dry-run", "--output", str(state / name))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("output", "check", "says"), [
+    (sick_capture(), "chip-health", "NPU 4 chip 0 (device 4, bus 0000:DA:00.0) is 'Alarm'"),
+    (capture(B2C), "hbm-free", "pt_main_thread"),
+])
+def test_the_gate_refuses_a_sick_or_busy_chip(tmp_path: Path, output: str, check: str, says: str) -> None:
+    state, data_root = tmp_path / "state", tmp_path / "var-lib"
+    env = environment(tmp_path, output, state, data_root)
+    render(env, state, "qwen")
+
+    proc = npuops(env, "run", "--state-dir", str(state), "--preflight", "qwen")
+    assert proc.returncode == 1, proc.stderr
+    refusal = next(line for line in proc.stderr.splitlines() if line.startswith(f"refused [{check}]"))
+    assert says in refusal, proc.stderr
+    fix = proc.stderr.splitlines()[proc.stderr.splitlines().index(refusal) + 1]
+    assert fix.startswith("  fix: ") and len(fix) > 20
+    assert "refuses to start" in proc.stderr.splitlines()[-1]
+
+    report = json.loads(npuops(env, "run", "--state-dir", str(state), "--preflight", "--json", "qwen").stdout)
+    assert report["ok"] is False and check in report["blocking"]
+    verdicts = {c["id"]: c["status"] for c in report["checks"]}
+    # The chips the instance does not use are not its business; the port and model checks ran too.
+    assert verdicts["model-directory"] == "pass" and verdicts["port-free"] == "pass"
+
+    # `npuops status` names the refusal and its fix.
+    status = json.loads(npuops(env, "status", "qwen", "--json").stdout)["instances"][0]
+    assert status["exit"]["reason"] == "gate-refused"
+    assert status["diagnosis"]["id"].startswith("gate:") and status["diagnosis"]["fix"]
+
+
+def test_the_gate_passes_a_healthy_chip_it_uses_and_ignores_the_sick_one_it_does_not(tmp_path: Path) -> None:
+    state, data_root = tmp_path / "state", tmp_path / "var-lib"
+    env = environment(tmp_path, sick_capture(), state, data_root)
+    proc = npuops(env, "launch", str(MODEL), "--hardware", "910B2Cx8", "--devices", "6-7", "--tp", "2",
+                  "--vllm", "/bin/true", "--name", "pair", "--dry-run", "--output", str(state / "pair"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(npuops(env, "run", "--state-dir", str(state), "--preflight", "--json", "pair").stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert checks["hbm-free"]["status"] == "pass"
+    # The sick chip is someone else's problem: a warning, not a refusal.
+    assert checks["chip-health"]["status"] == "warn" and "not used by this launch" in checks["chip-health"]["message"]
+    # This fake node has no driver or CANN installed: those refuse, as they would on a bare node.
+    assert "driver-installed" in report["blocking"] and "chip-health" not in report["blocking"]
+
+
+def test_launch_under_the_service_manager_reports_the_gate_refusal(tmp_path: Path) -> None:
+    systemctl = Path(sys.executable).parent / "systemctl3.py"
+    if not systemctl.exists():
+        pytest.fail(f"{systemctl} is missing: install the test extra (pip install -e .[test])")
+    root = Path(tempfile.mkdtemp(prefix="sd", dir="/tmp")) / "root"
+    try:
+        _launch_refused(tmp_path, root, systemctl)
+    finally:
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def _launch_refused(tmp_path: Path, root: Path, systemctl: Path) -> None:
+    (root / "etc/systemd/system").mkdir(parents=True)
+    env = environment(tmp_path, sick_capture(), root / "etc/npuops", root / "var/lib")
+    env.update({"NPUOPS_SYSTEMCTL": f"{systemctl} --root={root}", "NPUOPS_UNIT_DIR": str(root / "etc/systemd/system")})
+    proc = npuops(env, "launch", str(MODEL), *PLAN, "--name", "sick", "--service-user", getpass.getuser())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "sick: the service failed" in proc.stderr
+    assert "refused [chip-health]" in proc.stderr  # the gate's own lines, from the unit's log
+    assert "diagnosis [gate:" in proc.stderr and "Traceback" not in proc.stderr
+    status = json.loads(npuops(env, "status", "sick", "--json").stdout)["instances"][0]
+    assert status["state"] == "failed" and status["unit_state"]["active_state"] == "failed"
+    assert "chip-health" in json.loads((root / "var/lib/npuops-sick/supervisor.json").read_text())["exit"]["blocking"]
