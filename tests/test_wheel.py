@@ -25,7 +25,8 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = dist.glob("npuops-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("npuops/templates/", "npuops/playbooks/", "npuops/checks/", "npuops/data/chips.toml",
-                    "npuops/checks/docs/driver-installed.md"):
+                    "npuops/checks/docs/driver-installed.md", "npuops/data/failure_signatures.toml",
+                    "npuops/service/supervisor.py"):
         assert any(n.startswith(shipped) for n in names), f"{shipped} missing from {wheel.name}"
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -87,7 +88,7 @@ def test_templates_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) ->
                 str(tmp_path / "out"), "--json")
     assert proc.returncode == 0, proc.stderr
     rendered = json.loads(proc.stdout)["instances"]
-    assert rendered and all(len(paths) == 3 for paths in rendered.values())
+    assert rendered and all(len(paths) == 4 for paths in rendered.values())
 
 
 def test_playbooks_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
@@ -96,3 +97,21 @@ def test_playbooks_are_found_from_the_wheel(wheel_venv: Path, tmp_path: Path) ->
     fleet = json.loads(proc.stdout)
     assert fleet["hosts"]["localhost"]["status"] == "ok"
     assert fleet["hosts"]["localhost"]["node"]["npu"]["found"] is False
+
+
+def test_the_start_gate_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
+    """A rendered instance's gate (the unit's ExecStartPre) and the failure signatures, from the installed wheel."""
+    model = tmp_path / "qwen3-8b"
+    model.mkdir()
+    (model / "config.json").write_text((REPO / "tests/fixtures/models/qwen3-8b/config.json").read_text())
+    state = tmp_path / "state"
+    proc = _run(wheel_venv, "launch", str(model), "--hardware", "910B3x4", "--tp", "4", "--name", "w",
+                "--vllm", "/bin/true", "--dry-run", "--output", str(state / "w"))
+    assert proc.returncode == 0, proc.stderr
+    gate = _run(wheel_venv, "run", "--state-dir", str(state), "--preflight", "--json", "w")
+    checks = {c["id"]: c["status"] for c in json.loads(gate.stdout)["checks"]}
+    assert checks["engine-executable"] == "pass" and checks["model-directory"] == "pass"
+    signatures = subprocess.run([str(wheel_venv / "bin" / "python"), "-c",
+                                 "from npuops.service.diagnosis import load_signatures; print(len(load_signatures()))"],
+                                capture_output=True, text=True, cwd=wheel_venv, check=True)
+    assert int(signatures.stdout) >= 15

@@ -73,6 +73,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     plan_result = make_plan_from_flags(settings, flags)
     api_key = read_api_key_file(api_key_file) if api_key_file else None
     ascend_env, notes = _ascend_environment(settings, plan_result)
+    if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
+        notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use the model")
     spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
                       vllm_command=(vllm_bin, "serve"), npuops_command=(default_npuops_executable(),),
                       state_dir=settings.state_dir, service_data_root=settings.service_data_root,

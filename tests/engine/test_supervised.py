@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,22 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def authorized_post(url: str, data: dict[str, object], key: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return int(resp.status), resp.read()
+
+
+def engine_cmdlines() -> list[str]:
+    """Every process's command line on this machine (where a secret must never appear)."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"))
+    return lines
+
+
 def kill_group(pgid: int | None) -> None:
     if pgid:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -116,9 +133,13 @@ def kill_group(pgid: int | None) -> None:
 def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace, engine_python: Path,
                                                             tiny_model: Path, tmp_path: Path) -> None:
     port = free_port()
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-npuops-test-key\n")
+    key_file.chmod(0o600)
     out, err = tmp_path / "launch.out", tmp_path / "launch.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        launcher = subprocess.Popen(npuops_argv(*launch_args(tiny_model, "fg", port, engine_python, "--foreground")),
+        launcher = subprocess.Popen(npuops_argv(*launch_args(tiny_model, "fg", port, engine_python, "--foreground",
+                                                             "--api-key-file", str(key_file))),
                                     env=workspace.env, stdout=stdout, stderr=stderr, cwd=REPO,
                                     start_new_session=True)
     engine_pgid = None
@@ -137,10 +158,13 @@ def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace
         summary = out.read_text()
         assert f"http://127.0.0.1:{port}/v1" in summary and "first      8 token(s)" in summary
 
-        status, body = http_request(f"http://127.0.0.1:{port}/v1/completions",
-                                    data={"model": "tiny-llama", "prompt": "one two", "max_tokens": 4,
-                                          "temperature": 0})
+        # The key reached the engine through the env file (never a command line): without it, 401.
+        request = {"model": "tiny-llama", "prompt": "one two", "max_tokens": 4, "temperature": 0}
+        status, _ = http_request(f"http://127.0.0.1:{port}/v1/completions", data=request)
+        assert status == 401
+        status, body = authorized_post(f"http://127.0.0.1:{port}/v1/completions", request, "sk-npuops-test-key")
         assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 4
+        assert "sk-npuops-test-key" not in " ".join(engine_cmdlines())
 
         state = workspace.status("fg")
         assert state["state"] == "healthy" and state["manager"] == "foreground"
