@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from npuops.cli.main import load_context_settings
-from npuops.errors import ExitCode
+from npuops.errors import ExitCode, UsageError
 
 
 @click.command()
@@ -27,6 +27,8 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
     """
     from npuops.service.record import load_record
 
+    if as_json and not preflight:
+        raise UsageError("--json is for --preflight", "read the supervisor's state with `npuops status NAME --json`")
     settings = load_context_settings(ctx, state_dir=state_dir)
     record = load_record(settings.state_dir, name)
     if preflight:

@@ -123,13 +123,26 @@ def stop(ctx: click.Context, /, name: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("-n", "--lines", type=click.IntRange(1), default=100, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("--json", "as_json", is_flag=True, help="The last lines as one JSON document (no --follow).")
 @click.pass_context
-def logs(ctx: click.Context, /, name: str, lines: int, follow: bool) -> None:
+def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bool) -> None:
     """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs)."""
     from npuops.service.record import MANAGER_SYSTEMD, load_record
 
+    if as_json and follow:
+        raise UsageError("--json and --follow exclude each other", "use one of them")
     settings = load_context_settings(ctx)
     record = load_record(settings.state_dir, name)
+    if as_json:
+        if record.manager == MANAGER_SYSTEMD:
+            text = _manager(settings).recent_log(record.unit, lines)
+        else:
+            try:
+                text = record.engine_log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            except FileNotFoundError:
+                text = []
+        click.echo(json.dumps({"name": name, "lines": text}))
+        return
     if record.manager == MANAGER_SYSTEMD:
         argv = _manager(settings).log_command(record.unit, lines, follow)
         sys.stdout.flush()

@@ -178,6 +178,8 @@ def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace
         assert [(i["name"], i["state"]) for i in listed] == [("fg", "healthy")]
         logs = workspace.run("logs", "fg", "-n", "200")
         assert logs.returncode == 0 and "Starting vLLM server on" in logs.stdout
+        json_logs = json.loads(workspace.run("logs", "fg", "-n", "200", "--json").stdout)
+        assert json_logs["name"] == "fg" and any("KV cache size" in line for line in json_logs["lines"])
 
         # Another instance on the same port is refused before anything starts.
         clash = workspace.run(*launch_args(tiny_model, "other", port, engine_python, "--foreground"))
