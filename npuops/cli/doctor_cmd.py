@@ -35,12 +35,28 @@ def _ids(value: str | None) -> list[str] | None:
               help="Fraction of device memory the launch reserves [default: 0.9].")
 @click.option("--eager", is_flag=True, help="The service runs without graph mode (--enforce-eager).")
 @click.option("--npu-smi", "npu_smi", default=None, help="The npu-smi command to run [default: npu-smi].")
+@click.option("--precision", is_flag=True, help="Run the precision checks (kernels; the served model with --endpoint).")
+@click.option("--endpoint", help="A vLLM endpoint to check the served model of, e.g. http://127.0.0.1:8000.")
+@click.option("--served-model", help="The model name at --endpoint [default: the first of /v1/models].")
+@click.option("--golden", type=click.Path(dir_okay=False, path_type=Path),
+              help="Reference answers recorded with `npuops golden record`.")
+@click.option("--reference-model", type=click.Path(file_okay=False, path_type=Path),
+              help="The model directory to compute a transformers reference from (small models).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A 0600 file with the endpoint's API key.")
+@click.option("--dtype", "served_dtype", type=click.Choice(["float32", "float16", "bfloat16"]),
+              help="The dtype the endpoint serves in (picks the bounds) [default: the golden's or the model's].")
 @click.pass_context
 def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, as_json: bool,
            prometheus: Path | None, explain_id: str | None, list_checks: bool, expect_chips: int | None,
            env_file: Path | None, model_dir: Path | None, devices: str | None,
-           gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None) -> None:
+           gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None, precision: bool,
+           endpoint: str | None, served_model: str | None, golden: Path | None, reference_model: Path | None,
+           api_key_file: Path | None, served_dtype: str | None) -> None:
     """Health checks of this node, each with a verdict and the fix.
+
+    --precision runs the level-3 precision checks: the kernels on this node's device in each dtype it supports
+    against a float64 reference and, with --endpoint and --golden or --reference-model, the served model.
 
     Exit 0 when nothing failed (warnings allowed), 1 when a check failed.
     """
@@ -67,6 +83,13 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         return
 
     settings = load_context_settings(ctx, npu_smi=npu_smi)
+    api_key = None
+    if api_key_file is not None:
+        from npuops.launch.instance import read_api_key_file
+
+        api_key = read_api_key_file(api_key_file)
+    if precision and not only:
+        only = ",".join(c.id for c in checks if c.area == "precision")
     options = DoctorOptions(
         expect_chips=expect_chips,
         env_file=env_file,
@@ -74,6 +97,12 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         devices=parse_device_list(devices) if devices else None,
         gpu_memory_utilization=gpu_memory_utilization if gpu_memory_utilization is not None else 0.9,
         graph_mode=not eager,
+        endpoint=endpoint,
+        served_model=served_model,
+        golden=golden,
+        reference_model=reference_model,
+        api_key=api_key,
+        served_dtype=served_dtype,
     )
     selected = select_checks(checks, level, _ids(only), _ids(skip))
     check_ctx = CheckContext(Probe(settings), options)

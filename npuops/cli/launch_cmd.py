@@ -33,6 +33,11 @@ def default_npuops_executable() -> str:
 @click.option("--start-timeout", type=click.IntRange(10), help="Seconds to wait for /health [default: from the plan].")
 @click.option("--watchdog", "watchdog_s", type=click.IntRange(5), default=60, show_default=True,
               help="Restart the engine after this many seconds without an answer from /health.")
+@click.option("--verify", is_flag=True,
+              help="After the start, check the served model's answers (served-precision) against --golden, or a "
+                   "transformers reference from the model directory; a failure stops the instance.")
+@click.option("--golden", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --verify: the golden file to compare with (`npuops golden record`).")
 @click.option("--foreground", is_flag=True,
               help="Run the supervisor in this terminal (no systemd): same gate, health checks and diagnosis.")
 @click.option("--dry-run", is_flag=True, help="Plan and render the files into --output; install nothing.")
@@ -40,7 +45,8 @@ def default_npuops_executable() -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
-           service_user: str, start_timeout: int | None, watchdog_s: int, foreground: bool, dry_run: bool,
+           service_user: str, start_timeout: int | None, watchdog_s: int, verify: bool, golden: Path | None,
+           foreground: bool, dry_run: bool,
            output: Path | None, as_json: bool, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
@@ -60,6 +66,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         raise UsageError("--output is for --dry-run", "add --dry-run, or drop --output to install the service")
     if dry_run and foreground:
         raise UsageError("--dry-run and --foreground exclude each other", "use one of them")
+    if golden is not None and not verify:
+        raise UsageError("--golden is for --verify", "add --verify")
     settings = load_context_settings(ctx)
     manager = None
     if not dry_run and not foreground:
@@ -93,11 +101,11 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
             raise UsageError(f"--foreground runs one instance, but the plan has {len(instances)} replicas",
                              "pick the chips of one replica with --devices, or launch as a service")
         code = launching.launch_foreground(instances[0], settings, api_key=api_key, as_json=as_json, notes=notes,
-                                           environ=dict(os.environ))
+                                           environ=dict(os.environ), verify=verify, golden=golden)
     else:
         assert manager is not None
         code = launching.launch_service(instances, settings, manager, api_key=api_key, as_json=as_json,
-                                        notes=notes, service_user=service_user)
+                                        notes=notes, service_user=service_user, verify=verify, golden=golden)
     if code != ExitCode.OK:
         raise click.exceptions.Exit(int(code))
 

@@ -29,6 +29,14 @@ class DoctorOptions:
     gpu_memory_utilization: float = 0.9
     # Whether the service runs with graph mode (not --enforce-eager).
     graph_mode: bool = True
+    # Served-model precision: the endpoint, its model name, the reference (a golden file or a model directory for
+    # a transformers reference), the API key, and the serving dtype (which picks the bounds).
+    endpoint: str | None = None
+    served_model: str | None = None
+    golden: Path | None = None
+    reference_model: Path | None = None
+    api_key: str | None = None
+    served_dtype: str | None = None
 
 
 class CheckContext:

@@ -134,6 +134,7 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
             watchdog_s=spec.watchdog_s, stop_timeout_s=spec.stop_timeout_s,
             gpu_memory_utilization=float(plan.config.get("gpu_memory_utilization") or 0.9),
             graph_mode=not bool(plan.config.get("enforce_eager", False)), api_key=bool(spec.api_key),
+            dtype=str(plan.config.get("dtype") or ""),
             prediction=dict(plan.to_json().get("prediction") or {}),
         )
         npuops_state = ["--state-dir", str(spec.state_dir)]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from npuops.atomic import write_text_atomic
+from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import parse_env_file
 from npuops.errors import ExitCode
 from npuops.launch.render import InstanceFiles
@@ -110,12 +111,39 @@ def _failure_lines(status: Mapping[str, Any] | None, log_tail: Sequence[str]) ->
     return lines
 
 
+def verify_served(record: InstanceRecord, settings: Settings, api_key: str | None,
+                  golden: Path | None) -> CheckOutcome:
+    """`launch --verify`: the served-precision check against the golden file, or a transformers reference computed
+    from the instance's own model directory by the interpreter beside its vllm."""
+    from npuops.doctor.context import CheckContext, DoctorOptions
+    from npuops.doctor.registry import discover_checks
+    from npuops.doctor.runner import run_checks
+    from npuops.hardware.probe import Probe
+    from npuops.service.gate import gate_settings
+
+    options = DoctorOptions(endpoint=base_url(record.host, record.port), served_model=record.served_model_name,
+                            golden=golden, reference_model=None if golden else Path(record.model_path),
+                            api_key=api_key, served_dtype=record.dtype or None)
+    checks = [c for c in discover_checks() if c.id == "served-precision"]
+    report = run_checks(checks, CheckContext(Probe(gate_settings(settings, record)), options))
+    return report.outcomes[0]
+
+
+def verify_lines(outcome: CheckOutcome) -> list[str]:
+    lines = [f"  verify     {outcome.result.status.value.upper()}: {outcome.result.message}"]
+    if outcome.result.remediation and outcome.result.status is not Status.PASS:
+        lines.append(f"             fix: {outcome.result.remediation}")
+    return lines
+
+
 # --- the foreground -------------------------------------------------------------------------------------------
 
 def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
-                      notes: Sequence[str], environ: Mapping[str, str]) -> ExitCode | int:
+                      notes: Sequence[str], environ: Mapping[str, str], verify: bool = False,
+                      golden: Path | None = None) -> ExitCode | int:
     record = instance.record
     report = Reporter(as_json, json_lines=True)
+    verify_failed: list[str] = []
     find_conflicts([record], list_records(settings.state_dir))
     _stop_previous([record], settings, None, report)
     check_ports_free([record])
@@ -152,6 +180,16 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
         report.event(event="ready", url=url, model=record.served_model_name, seconds=round(seconds, 1),
                      first_request={"ok": completion.ok, "tokens": completion.tokens,
                                     "seconds": round(completion.seconds, 3), "error": completion.error})
+        if verify:
+            checked = verify_served(record, settings, api_key, golden)
+            for line in verify_lines(checked):
+                report.out(line)
+            report.event(event="verify", **checked.to_json())
+            if checked.result.status is Status.FAIL:
+                # The operator asked for a verified endpoint: a wrong one does not stay up.
+                verify_failed.append(checked.result.message)
+                report.progress(f"{record.name}: verification failed; stopping it")
+                supervisor.request_stop()
 
     overlay = parse_env_file(record.env_file.read_text(encoding="utf-8"), str(record.env_file))
     options = SupervisorOptions(echo_engine_log=False, write_engine_log=True, env_overlay=overlay,
@@ -166,7 +204,7 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
                  diagnosis=outcome.diagnosis.to_json() if outcome.diagnosis else None)
     if outcome.reason == "stopped":
         report.progress(f"{record.name} stopped")
-        return ExitCode.OK
+        return ExitCode.CHECKS_FAILED if verify_failed else ExitCode.OK
     for line in _failure_lines(read_status(record), outcome.log_tail):
         report.progress(line)
     return outcome.exit_code or ExitCode.CHECKS_FAILED
@@ -175,7 +213,8 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
 # --- the service ------------------------------------------------------------------------------------------------
 
 def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
-                   api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str) -> ExitCode:
+                   api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str,
+                   verify: bool = False, golden: Path | None = None) -> ExitCode:
     report = Reporter(as_json)
     records = [i.record for i in instances]
     find_conflicts(records, list_records(settings.state_dir))
@@ -190,7 +229,17 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
         record = instance.record
         written = install(instance, settings.state_dir, manager)
         report.progress(f"installed {record.unit} ({', '.join(str(p) for p in written)})")
-        results.append(_start_one(record, manager, report, api_key, [str(p) for p in written]))
+        entry = _start_one(record, manager, report, api_key, [str(p) for p in written])
+        if verify and entry["ok"]:
+            checked = verify_served(record, settings, api_key, golden)
+            for line in verify_lines(checked):
+                report.out(line)
+            entry["verify"] = checked.to_json()
+            if checked.result.status is Status.FAIL:
+                report.progress(f"{record.name}: verification failed; stopping {record.unit}")
+                manager.stop(record.unit, timeout=record.stop_timeout_s + 30)
+                entry["ok"] = False
+        results.append(entry)
         ok = ok and bool(results[-1]["ok"])
     if as_json:
         print(json.dumps({"ok": ok, "instances": results, "notes": list(notes)}, indent=2))

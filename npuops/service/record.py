@@ -47,6 +47,7 @@ class InstanceRecord:
     gpu_memory_utilization: float
     graph_mode: bool
     api_key: bool = False  # whether the env file carries VLLM_API_KEY (the key itself is never here)
+    dtype: str = ""  # the dtype the engine serves in (the plan's)
     prediction: dict[str, Any] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__

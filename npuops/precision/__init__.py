@@ -1,0 +1,1 @@
+"""Numerical precision: of the kernels on this node (operators) and of the model a service returns (served)."""
