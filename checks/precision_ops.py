@@ -176,7 +176,8 @@ def assess(suite: OpSuiteRun, device: str, evidence: dict[str, Any]) -> Result:
         names = ", ".join(f"{v.result.op}/{v.result.dtype}" for v in unjudged)
         return Result.warn(f"no bound for {names}: those were measured, not judged{inject_note}",
                            "add their bounds to npuops/data/precision_tolerances.toml", **evidence)
-    return Result.passed(_pass_message(verdicts, where) + inject_note, **evidence)
+    why_cpu = f"; {evidence['why_cpu']}" if evidence.get("why_cpu") else ""
+    return Result.passed(_pass_message(verdicts, where) + why_cpu + inject_note, **evidence)
 
 
 def _pass_message(verdicts: Sequence[OpVerdict], where: str) -> str:

@@ -364,7 +364,7 @@ def main(argv: list[str]) -> int:
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     try:
         config = read_config(argv[0] if argv else "{}")
-    except ConfigError as exc:
+    except (ValueError, TypeError) as exc:  # ConfigError, or a value of the wrong type
         return fatal("config", str(exc), 2)
     try:
         import torch  # type: ignore[import-not-found]

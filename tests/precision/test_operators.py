@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npuops.checks.precision_ops import OperatorPrecision, assess
-from npuops.doctor.context import CheckContext
+from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.hardware.parsing import ParseError
@@ -42,7 +42,8 @@ from npuops.precision.operators import (
     suite_source,
 )
 from npuops.settings import Settings
-from tests.conftest import FIXTURES, REPO
+from tests.checks.test_stack import ROW_0_13, bare_node, make_stack
+from tests.conftest import FIXTURES, REPO, capture
 from tests.engine.conftest import ENGINE_PYTHON_ENV, REQUIRE_ENGINE_ENV
 
 PRECISION_FIXTURES = FIXTURES / "precision"
@@ -391,6 +392,63 @@ def test_assess_op_errors_warn_on_a_cpu_and_fail_on_an_npu() -> None:
     assert _assess(json.dumps(data), device="npu").status is Status.FAIL
 
 
+# --- the device and dtypes the check picks (recorded suite runs) ---------------------------------------------------
+
+
+class _RecordingRunner:
+    """Answers the suite with a capture and keeps what it was asked to run."""
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+        self.calls: list[tuple[tuple[str, ...], dict[str, str]]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float, env: dict[str, str] | None = None) -> CommandResult:
+        self.calls.append((tuple(argv), dict(env or {})))
+        return CommandResult(tuple(argv), 0, self.stdout, "", 1.0)
+
+
+def _run_check(root: Path, npu_smi: str | None, versions: dict[str, str] | None,
+               devices: tuple[int, ...] | None = None) -> tuple[Result, dict[str, object], dict[str, str]]:
+    node = dataclasses.replace(bare_node(root, npu_smi=capture(npu_smi) if npu_smi else None),
+                               python_stack=make_stack(versions))
+    runner = _RecordingRunner(fixture_text(CORRECT))
+    settings = Settings(root=root, stack_python="/venv/bin/python", environ={"OMP_NUM_THREADS": "1"})
+    ctx = CheckContext(Probe(settings, runner=runner), DoctorOptions(devices=devices))
+    ctx._node = node
+    result = OperatorPrecision().run(ctx)
+    ((argv, env),) = runner.calls
+    assert argv[:3] == ("/venv/bin/python", "-c", suite_source())
+    return result, json.loads(argv[3]), env
+
+
+@pytest.mark.parametrize(("npu_smi", "dtypes"), [
+    ("npu-smi-info_910b3_1.txt", ["bfloat16", "float16"]),
+    ("npu-smi-info_a3-ascend910-2chip_1.txt", ["bfloat16", "float16"]),
+    ("npu-smi-info_310p3-300iduo_1.txt", ["float16"]),
+    ("npu-smi-info_910prob_8dev_1.txt", ["float16"]),
+])
+def test_on_an_npu_node_the_suite_runs_on_the_chip_in_its_dtypes(fake_root: Path, npu_smi: str,
+                                                                 dtypes: list[str]) -> None:
+    result, config, env = _run_check(fake_root, npu_smi, ROW_0_13, devices=(5, 6))
+    assert (config["device"], config["dtypes"], config["size"], config["inject"]) == ("npu", dtypes, None, None)
+    assert env["ASCEND_RT_VISIBLE_DEVICES"] == "5" and config["device_index"] == 0  # the first of --devices
+    assert env["OMP_NUM_THREADS"] == "1"  # the service's environment, with the suite setting torch's threads
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in env
+    assert result.evidence["device"] == "npu:5" and "why_cpu" not in result.evidence
+
+
+def test_without_torch_npu_or_chips_the_suite_runs_on_the_cpu_and_says_why(fake_root: Path) -> None:
+    result, config, env = _run_check(fake_root, "npu-smi-info_910b3_1.txt", {"torch": "2.8.0"})
+    assert config["device"] == "cpu" and config["dtypes"] == ["bfloat16", "float16"]
+    assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+    assert "torch_npu is not installed" in str(result.evidence["why_cpu"])
+    result, config, _ = _run_check(fake_root, None, ROW_0_13)
+    assert config["device"] == "cpu" and result.status is Status.PASS
+    assert "ran on the CPU because there is no NPU" in result.message
+    result, config, _ = _run_check(fake_root, "npu-smi-info_910b3_1.txt", ROW_0_13, devices=(42,))
+    assert config["device"] == "cpu" and "--devices selects none" in str(result.evidence["why_cpu"])
+
+
 # --- the check is registered ---------------------------------------------------------------------------------------
 
 
@@ -505,6 +563,7 @@ def test_doctor_passes_with_the_engine_torch(engine_python: Path, tmp_path: Path
     assert sorted((row["op"], row["dtype"]) for row in evidence["table"]) == sorted(
         (op, dtype) for op in OPS for dtype in DTYPES)
     assert all(row["verdict"] == "pass" for row in evidence["table"])
+    assert "ran on the CPU because there is no NPU" in check["message"]
 
 
 def test_doctor_skips_when_the_stack_interpreter_has_no_torch(tmp_path: Path) -> None:
