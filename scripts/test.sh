@@ -13,9 +13,23 @@ PYTHON=${PYTHON:-python3}
 need_pkgs=()
 command -v systemd-analyze >/dev/null || need_pkgs+=(systemd)
 command -v bash >/dev/null || need_pkgs+=(bash)
+# Provisioning tests: vendor-style .run installers are built with makeself; fleet tests run sshd test hosts in
+# network namespaces (iproute2) and Ansible needs a system python3 on them.
+command -v makeself >/dev/null || need_pkgs+=(makeself)
+[ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
+command -v ip >/dev/null || need_pkgs+=(iproute2)
+[ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
+    # Packages must not start services here (openssh-server would start an sshd on this machine's port 22):
+    # policy-rc.d exit 101 tells invoke-rc.d "not now", for the time of this install only.
+    guard=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      guard=/usr/sbin/policy-rc.d
+      printf '#!/bin/sh\nexit 101\n' >"$guard" && chmod 755 "$guard"
+    fi
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}"
+    [ -z "$guard" ] || rm -f "$guard"
   else
     echo "scripts/test.sh: missing Debian packages ${need_pkgs[*]}: run as root or install them" >&2
     exit 4
@@ -29,7 +43,9 @@ fi
 "$VENV/bin/python" -m pip install -q -e '.[test]'
 
 # The real vLLM engine (CPU build) for the end-to-end tests, in its own venv outside the repo.
-# NPUOPS_REQUIRE_ENGINE=1 turns a missing engine into a test error, so these tests cannot silently skip.
+# NPUOPS_REQUIRE_ENGINE=1 turns a missing engine into a test error, so these tests cannot silently skip; the
+# same for the sshd test hosts of the fleet tests (NPUOPS_REQUIRE_FLEET=1).
+export NPUOPS_REQUIRE_FLEET=${NPUOPS_REQUIRE_FLEET:-1}
 if [ -z "${NPUOPS_ENGINE_PYTHON:-}" ]; then
   NPUOPS_ENGINE_PYTHON=$(scripts/engine-venv.sh | tail -n 1)
 fi

@@ -151,3 +151,15 @@ def test_python_stack_is_read_by_metadata_without_importing_torch(fake_root: Pat
     assert stack["error"] is None
     assert set(stack["packages"]) == {"torch", "torch_npu", "vllm", "vllm_ascend", "triton_ascend"}
     assert stack["python"].count(".") == 2
+
+
+def test_version_cfg_of_a_node_with_two_toolkits() -> None:
+    """Derived from the 8.2.RC2 capture: a second install appends its [inner:release] to the same line (the only
+    edit); the last one is the current."""
+    from npuops.hardware.versions import parse_version_cfg
+
+    text = capture("ascend-toolkit-version-cfg_8.2.RC2_1.txt").replace(
+        "opp_kernel_installed_version=[8.2.0.2.220:8.2.RC2]",
+        "opp_kernel_installed_version=[8.1.0.1.220:8.1.RC1][8.2.0.2.220:8.2.RC2]")
+    assert "[8.1.0.1.220:8.1.RC1][8.2.0.2.220:8.2.RC2]" in text
+    assert parse_version_cfg(text).installed["opp_kernel"] == "8.2.RC2"

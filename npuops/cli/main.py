@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("npuops.cli.service_cmds:stop", "Stop a launched instance."),
     "logs": ("npuops.cli.service_cmds:logs", "Show a launched instance's logs."),
     "golden": ("npuops.cli.golden_cmd:golden", "Record a served model's answers to check later runs against."),
-    "provision": ("npuops.cli.later_cmds:provision", "Install driver, CANN and the Python stack with Ansible."),
+    "provision": ("npuops.cli.provision_cmd:provision", "Install driver, CANN and the Python stack with Ansible."),
+    "packages": ("npuops.cli.provision_cmd:packages", "Index the vendor packages provisioning installs (SHA256SUMS)."),
 }
 
 

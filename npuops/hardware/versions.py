@@ -467,10 +467,12 @@ def parse_version_cfg(text: str) -> ToolkitVersionCfg:
     for key, value in raw:
         if not key.endswith("_installed_version"):
             continue
-        m = re.fullmatch(r"\[\s*([^:\]]*)\s*:\s*([^\]]+?)\s*\]", value)
-        if not m:
+        # One [inner:release] per installed version: a node with several toolkits lists them all, the newest
+        # install last.
+        if not re.fullmatch(r"(?:\[\s*[^:\]]*\s*:\s*[^\]]+?\s*\])+", value):
             raise ParseError(what, f"{key} is not [inner:release]", None, None)
-        installed[key[: -len("_installed_version")]] = m.group(2)
+        releases = re.findall(r"\[\s*[^:\]]*\s*:\s*([^\]]+?)\s*\]", value)
+        installed[key[: -len("_installed_version")]] = releases[-1]
     if not installed:
         raise ParseError(what, "no <component>_installed_version lines")
     return ToolkitVersionCfg(installed=installed, raw=raw)

@@ -1,0 +1,1 @@
+"""Provisioning: the packages, the playbook run and its report."""

@@ -1,0 +1,210 @@
+"""`npuops provision --host localhost`-style runs with real Ansible (ansible-runner) on this machine, installing the
+vendor-style `.run` packages the tests build with makeself (tests/provision/vendor_installers.py) into a temp dir.
+
+Every path the roles touch is an inventory variable pointed into the test's directory (install path, staging, state,
+boot id, env and profile files, sysctl/limits files, the install record via the installers' environment), so the
+machine's own /usr/local/Ascend, /etc and /var are never written. Users are not managed here (that runs on the
+fleet's throwaway hosts).
+
+One sequential story, as an operator lives it:
+  --check on a fresh target (nothing on disk, every installer listed) -> install (driver and firmware: the host stops,
+  "reboot-required") -> "reboot" (a new boot id) -> the run goes on (CANN, environment, tuning, the doctor) -> a second
+  run changes nothing -> one package bumped: only it re-runs -> an installer that fails mid-run: a failed host with
+  the installer's message; fixed, the re-run converges -> a package whose checksum differs: refused before anything
+  runs, nothing changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.provision.vendor_installers import build_installer, build_package_set, makeself_available
+
+pytestmark = pytest.mark.slow
+
+CANN = "8.2.RC1"
+NOT_PYTHON = "preflight,driver,cann,environment,tuning,verify"
+
+
+def npuops(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "npuops", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, check=False)
+
+
+class Target:
+    """This machine as a provisioning target whose every path lies under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.install_path = root / "Ascend"
+        self.boot_id = root / "boot_id"
+        self.inventory = root / "inventory.yml"
+        self.artifacts = root / "artifacts"
+        (root / "kbuild").mkdir(parents=True)
+        (root / "dkms").write_text("#!/bin/sh\n")
+        self.reboot()
+        host_vars: dict[str, Any] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            "npuops_install_path": str(self.install_path),
+            "npuops_staging_dir": str(root / "staging"),
+            "npuops_state_dir": str(root / "var/lib/npuops"),
+            "npuops_boot_id_file": str(self.boot_id),
+            "npuops_manage_users": False,
+            "npuops_kernel_build_dir": str(root / "kbuild"),
+            "npuops_dkms_path": str(root / "dkms"),
+            "npuops_min_free_gb": 1,
+            "npuops_env_file": str(root / "etc/npuops/ascend.env"),
+            "npuops_profile_script": str(root / "etc/profile.d/npuops-ascend.sh"),
+            "npuops_installer_environment": {"ASCEND_INSTALL_INFO": str(root / "etc/ascend_install.info"),
+                                             "NPUOPS_TEST_ASCEND_LOG_DIR": str(root / "var/log/ascend_seclog")},
+            "npuops_sysctl_file": str(root / "etc/sysctl.d/90-npuops.conf"),
+            "npuops_sysctl_apply": False,
+            "npuops_limits_file": str(root / "etc/security/limits.d/90-npuops.conf"),
+            "npuops_tune_governor": False,
+            # The doctor of this checkout, run on the target after the install.
+            "npuops_doctor_command": str(Path(sys.executable).parent / "npuops"),
+        }
+        self.host_vars = host_vars
+        self.write_inventory()
+
+    def write_inventory(self, **extra: Any) -> None:
+        self.inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {**self.host_vars, **extra}}}}))
+
+    def reboot(self) -> None:
+        self.boot_id.write_text(f"{uuid.uuid4()}\n")
+
+    def provision(self, packages: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+        proc = npuops("provision", "-i", str(self.inventory), "--packages", str(packages), "--no-hardware-check",
+                      "--artifacts", str(self.artifacts), "--json", *args)
+        try:
+            report = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError(
+                f"no JSON report (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}") from None
+        assert isinstance(report, dict)
+        if "hosts" in report:
+            return proc.returncode, report["hosts"]["localhost"], proc.stderr
+        return proc.returncode, report, proc.stderr
+
+    def snapshot(self) -> dict[str, str]:
+        """Every file under the target's root but the artifacts: path -> sha256 (symlinks: their target)."""
+        files = {}
+        for path in sorted(self.root.rglob("*")):
+            if self.artifacts in path.parents or path == self.artifacts:
+                continue
+            if path.is_symlink():
+                files[str(path)] = "-> " + os.readlink(path)
+            elif path.is_file():
+                files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return files
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    if not makeself_available():
+        pytest.fail("makeself is not installed (apt-get install makeself; scripts/test.sh does it)")
+    out = tmp_path_factory.mktemp("built")
+    return {kind: path for kind, path in build_package_set(out, cann=CANN).items()}
+
+
+def package_dir(root: Path, files: list[Path]) -> Path:
+    directory = root / f"packages-{uuid.uuid4().hex[:6]}"
+    directory.mkdir()
+    for f in files:
+        shutil.copy2(f, directory / f.name)
+    proc = npuops("packages", "index", str(directory), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return directory
+
+
+def test_a_node_from_nothing_to_converged_and_back(built: dict[str, Path], tmp_path: Path) -> None:
+    target = Target(tmp_path / "node")
+    packages = package_dir(tmp_path, list(built.values()))
+
+    # --check on a fresh target: nothing changes on disk, every installer is listed.
+    before = target.snapshot()
+    rc, host, _ = target.provision(packages, "--tags", NOT_PYTHON, "--check")
+    assert rc == 0 and host["status"] == "ok", host
+    pending = " ".join(host["would_run"])
+    for path in built.values():
+        assert path.name in pending, (path.name, host["would_run"])
+    assert target.snapshot() == before
+    assert not target.install_path.exists()
+
+    # The first real run installs the driver and the firmware, then stops the host: it must reboot first.
+    rc, host, _ = target.provision(packages, "--tags", NOT_PYTHON)
+    assert rc == 1 and host["status"] == "reboot-required", host
+    assert "reboot" in host["message"].lower()
+    assert host["versions"]["driver"] == {"before": None, "after": "25.2.0"}
+    assert (target.install_path / "driver/version.info").is_file()
+    assert not (target.install_path / "ascend-toolkit").exists()  # nothing after the driver ran
+
+    # Running again without a reboot still stops there.
+    rc, host, _ = target.provision(packages, "--tags", NOT_PYTHON)
+    assert host["status"] == "reboot-required" and host["changed"] == 0
+
+    # After the reboot the run goes on: CANN, the environment, tuning, the doctor.
+    target.reboot()
+    rc, host, _ = target.provision(packages, "--tags", NOT_PYTHON)
+    assert rc == 0 and host["status"] == "ok", (host["message"], host.get("failed_task"))
+    versions = host["versions"]
+    assert versions["cann"] == {"before": None, "after": CANN}
+    assert versions["kernels"]["after"] == CANN and versions["nnal"]["after"] == CANN
+    assert versions["driver"] == {"before": "25.2.0", "after": "25.2.0"}
+    env_file = (tmp_path / "node/etc/npuops/ascend.env").read_text()
+    assert f'ASCEND_HOME_PATH="{target.install_path}/ascend-toolkit/latest"' in env_file
+    assert "ATB_HOME_PATH=" in env_file and 'OMP_NUM_THREADS="1"' in env_file
+    assert "export ASCEND_TOOLKIT_HOME=" in (tmp_path / "node/etc/profile.d/npuops-ascend.sh").read_text()
+    assert host["doctor"]["ok"] is not None  # the doctor ran on the host and came back
+    node = json.loads(npuops("--ascend-root", str(target.install_path), "node", "--json").stdout)
+    assert node["cann"]["toolkit"]["version"] == CANN and node["cann"]["nnal"]["version"] == CANN
+
+    # Idempotent: a second run changes nothing.
+    rc, host, _ = target.provision(packages, "--tags", NOT_PYTHON)
+    assert rc == 0 and host["changed"] == 0, host["changed_tasks"]
+
+    # One package bumped (NNAL): only it runs again.
+    nnal = build_installer("nnal", "8.2.RC2", tmp_path / "bumped")
+    bumped = package_dir(tmp_path, [p for k, p in built.items() if k != "nnal"] + [nnal])
+    rc, host, _ = target.provision(bumped, "--tags", NOT_PYTHON)
+    assert rc == 0, host
+    assert host["versions"]["nnal"] == {"before": CANN, "after": "8.2.RC2"}
+    for component in ("driver", "firmware", "cann", "kernels"):
+        assert host["versions"][component]["before"] == host["versions"][component]["after"]
+    ran = [t for t in host["changed_tasks"] if "installer" in t.lower()]
+    assert ran == ["CANN | run the NNAL installer in the toolkit's environment"], host["changed_tasks"]
+
+    # An installer that fails mid-run: a failed host with the installer's own message; fixed, the re-run converges.
+    toolkit = build_installer("toolkit", "8.2.RC2", tmp_path / "next")
+    kernels = build_installer("kernels", "8.2.RC2", tmp_path / "next")
+    upgrade = package_dir(tmp_path, [built["driver"], built["firmware"], toolkit, kernels, nnal])
+    target.write_inventory(npuops_installer_environment={
+        **target.host_vars["npuops_installer_environment"], "NPUOPS_TEST_FAIL_TOOLKIT": "1"})
+    rc, host, _ = target.provision(upgrade, "--tags", NOT_PYTHON)
+    assert rc == 1 and host["status"] == "failed", host
+    assert host["failed_task"]["role"] == "cann" and host["message"], host
+    assert "8.2.RC2" in host["message"] or "install" in host["message"].lower()
+    target.write_inventory()
+    rc, host, _ = target.provision(upgrade, "--tags", NOT_PYTHON)
+    assert rc == 0 and host["versions"]["cann"]["after"] == "8.2.RC2", host
+
+    # A package whose checksum differs is refused before any host is touched.
+    state = target.snapshot()
+    with open(upgrade / nnal.name, "ab") as f:
+        f.write(b"\0")
+    rc, report, _ = target.provision(upgrade, "--tags", NOT_PYTHON)
+    assert rc == 3 and "does not match its sha256" in report["error"]["problem"], report
+    assert target.snapshot() == state
