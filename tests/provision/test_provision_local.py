@@ -208,3 +208,65 @@ def test_a_node_from_nothing_to_converged_and_back(built: dict[str, Path], tmp_p
     rc, report, _ = target.provision(upgrade, "--tags", NOT_PYTHON)
     assert rc == 3 and "does not match its sha256" in report["error"]["problem"], report
     assert target.snapshot() == state
+
+
+def test_the_python_role_builds_the_serving_venv_from_a_wheelhouse(tmp_path: Path) -> None:
+    """Air-gapped: the wheelhouse (--packages with wheels and SHA256SUMS) holds npuops and everything it needs; the
+    role makes the venv, installs with --no-index, runs pip check and a smoke import, and the verify role then runs
+    the freshly installed npuops's doctor on the host.
+
+    The row here is empty (npuops_stack_pins: [] in the inventory): a real row (torch, torch_npu, vllm,
+    vllm-ascend) cannot be installed on a machine without CANN, where torch_npu does not even import.
+    """
+    wheelhouse = tmp_path / "wheelhouse"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w",
+                            str(wheelhouse), str(REPO)], capture_output=True, text=True, timeout=900, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert any(p.name.startswith("npuops-") for p in wheelhouse.glob("*.whl"))
+    assert npuops("packages", "index", str(wheelhouse)).returncode == 0
+
+    target = Target(tmp_path / "node")
+    venv = tmp_path / "node/opt/npuops/venv"
+    del target.host_vars["npuops_doctor_command"]  # the role's default: the venv's own npuops
+    target.write_inventory(npuops_venv=str(venv), npuops_stack_pins=[], npuops_smoke_imports=["npuops"],
+                           npuops_venv_python=getattr(sys, "_base_executable", sys.executable))
+    rc, host, _ = target.provision(wheelhouse, "--tags", "python,verify")
+    assert rc == 0 and host["status"] == "ok", (host["message"], host.get("failed_task"))
+    assert (venv / "bin/npuops").exists()
+    assert "npuops" in host["versions"]["python_stack"]["after"]
+    assert host["doctor"]["ok"] is not None and "total" in host["doctor"]  # the venv's npuops answered
+
+    rc, host, _ = target.provision(wheelhouse, "--tags", "python,verify")
+    assert rc == 0 and host["changed"] == 0, host["changed_tasks"]
+
+
+def test_without_a_stack_row_the_python_role_says_how_to_choose_one(tmp_path: Path) -> None:
+    target = Target(tmp_path / "node")
+    empty = tmp_path / "empty-packages"
+    empty.mkdir()
+    (empty / "SHA256SUMS").write_text("")
+    rc, host, _ = target.provision(empty, "--tags", "python")
+    assert rc == 1 and host["status"] == "failed"
+    assert "no stack row" in host["message"] and "--stack" in host["message"]
+    assert not (tmp_path / "node/opt").exists()
+    # A row that does not exist is refused on the controller, before any host is touched.
+    proc = npuops("provision", "-i", str(target.inventory), "--stack", "0.0.1", "--tags", "python")
+    assert proc.returncode == 3 and "no stack row '0.0.1'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_cann_85_installs_in_the_new_layout(tmp_path: Path) -> None:
+    """From CANN 8.5 the toolkit lives in <install path>/cann and the kernels are an "ops" package recorded in
+    ascend_ops_install.info: the role reads and installs that layout too, and npuops reads the result."""
+    built = build_package_set(tmp_path / "built", cann="8.5.0")
+    packages = package_dir(tmp_path, [built[k] for k in ("toolkit", "ops", "nnal")])  # type: ignore[index]
+    target = Target(tmp_path / "node")
+    rc, host, _ = target.provision(packages, "--tags", "cann,environment")
+    assert rc == 0 and host["status"] == "ok", (host["message"], host.get("failed_task"))
+    assert {k: host["versions"][k]["after"] for k in ("cann", "kernels", "nnal")} == dict.fromkeys(
+        ("cann", "kernels", "nnal"), "8.5.0")
+    env_file = (tmp_path / "node/etc/npuops/ascend.env").read_text()
+    assert f"{target.install_path}/cann" in env_file
+    node = json.loads(npuops("--ascend-root", str(target.install_path), "node", "--json").stdout)
+    assert node["cann"]["layout"] == "cann" and node["cann"]["kernels"]["version"] == "8.5.0"
+    rc, host, _ = target.provision(packages, "--tags", "cann,environment")
+    assert rc == 0 and host["changed"] == 0, host["changed_tasks"]
