@@ -64,9 +64,3 @@ class UsageError(NpuopsError):
     """Flags that do not go together."""
 
     exit_code = ExitCode.USAGE
-
-
-class NotYetError(NpuopsError):
-    """A command whose implementation lands with a later issue."""
-
-    exit_code = ExitCode.USAGE

@@ -121,15 +121,6 @@ def test_node_with_minus_8005_from_a_fake_npu_smi(tmp_path: Path) -> None:
     assert "-8005" in proc.stdout and "reboot" in proc.stdout.lower()
 
 
-def test_commands_of_later_issues_exist_and_say_not_yet() -> None:
-    for name in ("launch", "status", "stop", "logs", "provision"):
-        if COMMANDS[name][0].startswith("npuops.cli.later_cmds"):
-            proc = npuops(name, "anything")
-            assert proc.returncode == 2
-            assert "not available" in proc.stderr and "Traceback" not in proc.stderr
-
-
-@pytest.mark.slow
 def test_node_of_the_fleet_over_ansible(tmp_path: Path) -> None:
     proc = npuops("node", "--host", "localhost", "--artifacts", str(tmp_path / "a"), "--json", timeout=180)
     assert proc.returncode == 0, proc.stderr
