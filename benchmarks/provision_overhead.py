@@ -18,10 +18,10 @@ time per role.
 
 Part 2, parallel scaling (needs root: tests/provision/ssh_hosts.py starts 3 SSH hosts in namespaces with overlays, so
 the installers write the real /usr/local/Ascend inside each host's overlay -- hence NPUOPS_TEST_ALLOW_REAL_PATHS=1 in
-npuops_installer_environment). The CANN packages only (toolkit, kernels, NNAL; --tags preflight,cann,environment,
---forks 3) are provisioned on 1 host and on 3 hosts, each converged once, then the idempotent runs are timed,
-alternating 1 3 1 3 ... Ideal ratio 3 hosts / 1 host: ~1.0 with a core per host (2 cores here). Without root, or if
-the hosts cannot start, that part is skipped with the reason.
+npuops_installer_environment, with TMPDIR=/var/tmp, each host's own, for makeself to extract into). The CANN packages
+only (toolkit, kernels, NNAL; --tags preflight,cann,environment, --forks 3) are provisioned on 1 host and on 3 hosts,
+each converged once, then the idempotent runs are timed, alternating 1 3 1 3 ... Ideal ratio 3 hosts / 1 host: ~1.0
+with a core per host (2 cores here). Without root, or if the hosts cannot start, that part is skipped with the reason.
 
     python benchmarks/provision_overhead.py [--runs 3] [--skip-fleet] [--keep]
 """
@@ -215,8 +215,11 @@ def local_part(work: Path, built: Mapping[str, Path], runs: int) -> None:
 
 def fleet_inventories(fleet: TestFleet, work: Path) -> tuple[Path, Path]:
     group_vars = {
-        # The hosts' own /usr/local/Ascend lies in their overlays: the test installers may write it there.
-        "npuops_installer_environment": {"NPUOPS_TEST_ALLOW_REAL_PATHS": "1"},
+        # The hosts' own /usr/local/Ascend lies in their overlays: the test installers may write it there. TMPDIR:
+        # makeself extracts to $TMPDIR/selfgz<pid> (its $RANDOM is empty under dash), and /tmp is shared by hosts
+        # whose PID namespaces hand out the same pids: concurrent installs on two hosts collide there ("cannot
+        # create directory /tmp/selfgz3138: File exists"). /var/tmp is each host's own (overlay).
+        "npuops_installer_environment": {"NPUOPS_TEST_ALLOW_REAL_PATHS": "1", "TMPDIR": "/var/tmp"},
         "npuops_min_free_gb": 1,  # only a check; keeps the benchmark independent of this disk's size
     }
     three = fleet.inventory_path(work / "inventory-3.yml", group_vars=group_vars)

@@ -102,6 +102,29 @@ def local_group(name: str) -> bool:
     return subprocess.run(["getent", "group", name], capture_output=True, check=False).returncode == 0
 
 
+# Sourced (BASH_ENV) by every bash the installer tasks start: the installers' embedded install.sh are bash scripts.
+# The first time on a host it leaves a mark in a directory all hosts share (/tmp is not overlaid), waits (bounded)
+# until every host in NPUOPS_TEST_MEET has left one, and writes down whom it met. Hosts that ran their installers
+# at the same time met each other; with one fork the first host would wait alone and record only itself.
+MEET_HOOK = """\
+if [ -n "${NPUOPS_TEST_MEET_DIR:-}" ] && [ ! -e "$NPUOPS_TEST_MEET_DIR/$(hostname).met" ]; then
+    _npuops_me=$(hostname)
+    : > "$NPUOPS_TEST_MEET_DIR/$_npuops_me"
+    _npuops_tries=0
+    while [ "$_npuops_tries" -lt 600 ]; do
+        _npuops_all=1
+        for _npuops_h in $NPUOPS_TEST_MEET; do [ -e "$NPUOPS_TEST_MEET_DIR/$_npuops_h" ] || _npuops_all=0; done
+        [ "$_npuops_all" = 1 ] && break
+        _npuops_tries=$((_npuops_tries + 1)); sleep 0.1
+    done
+    for _npuops_h in $NPUOPS_TEST_MEET; do
+        [ -e "$NPUOPS_TEST_MEET_DIR/$_npuops_h" ] && echo "$_npuops_h"
+    done > "$NPUOPS_TEST_MEET_DIR/$_npuops_me.met"
+    unset _npuops_me _npuops_tries _npuops_all _npuops_h
+fi
+"""
+
+
 def assert_converged(fleet: TestFleet, name: str, host: dict[str, Any], *, fresh: bool) -> None:
     """The host is "ok" with CANN installed (fresh: by this run) and everything the roles leave behind."""
     assert host["status"] == "ok" and host["failed"] == 0 and host["message"] == "", (name, host)
@@ -129,11 +152,13 @@ def assert_converged(fleet: TestFleet, name: str, host: dict[str, Any], *, fresh
     npuops_user = on_host(fleet, name, "getent passwd npuops")
     assert npuops_user.returncode == 0 and npuops_user.stdout.rstrip().endswith(":/usr/sbin/nologin"), npuops_user
     assert "HwHiAiUser" in on_host(fleet, name, "id -nG npuops").stdout.split(), name
-    # The doctor ran on the host (from this checkout's venv) and its verdict came back; on a host without NPUs
-    # some checks fail, which the role reports without failing the host.
+    # The doctor ran on the host (from this checkout's venv) and its verdict came back. It read the host's own
+    # /usr/local/Ascend: CANN, its kernels and NNAL pass there; the NPU checks fail (no driver, no NPUs), which the
+    # role reports without failing the host.
     doctor = host["doctor"]
     assert doctor["ok"] is not None and "skipped" not in doctor, (name, doctor)
-    assert isinstance(doctor["failed"], list), (name, doctor)
+    assert {"driver-installed", "device-nodes"} <= set(doctor["failed"]), (name, doctor)
+    assert not {"cann-toolkit", "cann-kernels", "nnal-version"} & set(doctor["failed"]), (name, doctor)
 
 
 def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: StartFleet,  # noqa: F811
@@ -154,23 +179,31 @@ def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: St
     for name in fleet.names:
         assert not exists_on_host(fleet, name, "/usr/local/Ascend"), name
     h3_fresh = host_state(fleet, h3)
-    inventory = fleet.inventory_path(group_vars={
-        # Each host's /usr/local/Ascend, /etc and /var/log are its own overlay: let the installers write them, with
-        # the install record and the installer logs where the real packages keep them.
-        "npuops_installer_environment": {"NPUOPS_TEST_ALLOW_REAL_PATHS": "1",
-                                         "ASCEND_INSTALL_INFO": "/etc/ascend_install.info",
-                                         "NPUOPS_TEST_ASCEND_LOG_DIR": "/var/log/ascend_seclog"},
+    # Each host's /usr/local/Ascend, /etc and /var/log are its own overlay: let the installers write them, with the
+    # install record (which only driver and firmware packages write) and the logs where the real packages keep them.
+    # The test hosts share this machine's /tmp but have PID namespaces of their own: makeself's extraction directory
+    # ($TMPDIR/selfgz<pid><$RANDOM>, and dash has no $RANDOM) could collide between hosts. Each host's /var is its own.
+    installer_env = {"NPUOPS_TEST_ALLOW_REAL_PATHS": "1", "ASCEND_INSTALL_INFO": "/etc/ascend_install.info",
+                     "NPUOPS_TEST_ASCEND_LOG_DIR": "/var/log/ascend_seclog", "TMPDIR": "/var/tmp"}
+    group_vars = {
+        "npuops_installer_environment": installer_env,
         # sysctl is not namespaced: write the file, never apply it from a test. No cpufreq governors either.
         "npuops_sysctl_apply": False,
         "npuops_tune_governor": False,
         "npuops_doctor_command": str(NPUOPS),
-    })
+    }
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    (tmp_path / "meet.sh").write_text(MEET_HOOK)
+    inventory = fleet.inventory_path(group_vars={**group_vars, "npuops_installer_environment": {
+        **installer_env, "BASH_ENV": str(tmp_path / "meet.sh"), "NPUOPS_TEST_MEET_DIR": str(meet),
+        "NPUOPS_TEST_MEET": f"{h1} {h2}"}})
 
     # h3 is down: it is reported unreachable, and h1 and h2 converge all the same.
     fleet.kill_sshd(h3)
     rc, report = provision(inventory, packages, artifacts, "--forks", "3")
     hosts = report["hosts"]
-    assert rc != 0 and report["ok"] is False, report
+    assert rc == 1 and report["ok"] is False, report  # exit 1: not every host converged
     assert set(hosts) == {h1, h2, h3}, hosts
     assert {name: h["status"] for name, h in hosts.items()} == {h1: "ok", h2: "ok", h3: "unreachable"}, hosts
     dead = hosts[h3]
@@ -186,12 +219,15 @@ def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: St
     assert on_host(fleet, h3, "getent passwd npuops").returncode != 0
     assert local_state() == this_machine
     assert (local_user("npuops"), local_user("HwHiAiUser"), local_group("HwHiAiUser")) == users_here
-    # The hosts were driven in parallel: ansible-playbook ran with --forks 3.
+    # In parallel: ansible-playbook ran with --forks 3, and h1's and h2's installers met while both were running.
     command = json.loads((Path(report["artifacts"]) / "command").read_text())["command"]
     assert "--forks" in command and command[command.index("--forks") + 1] == "3", command
+    for name in (h1, h2):
+        assert (meet / f"{name}.met").read_text().split() == [h1, h2], name
 
     # h3 is back: all three converge; h1 and h2 change nothing, h3 gets CANN.
     fleet.restart_sshd(h3)
+    inventory = fleet.inventory_path(group_vars=group_vars)  # without the meeting
     rc, report = provision(inventory, packages, artifacts, "--forks", "3")
     hosts = report["hosts"]
     assert rc == 0 and report["ok"] is True, {n: (h["status"], h["message"]) for n, h in hosts.items()}

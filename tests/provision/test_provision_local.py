@@ -169,6 +169,8 @@ def test_a_node_from_nothing_to_converged_and_back(built: dict[str, Path], tmp_p
     assert "ATB_HOME_PATH=" in env_file and 'OMP_NUM_THREADS="1"' in env_file
     assert "export ASCEND_TOOLKIT_HOME=" in (tmp_path / "node/etc/profile.d/npuops-ascend.sh").read_text()
     assert host["doctor"]["ok"] is not None  # the doctor ran on the host and came back
+    # ... with the environment the services get (the env file the environment role wrote).
+    assert "ascend-env" not in host["doctor"]["failed"] and "nnal-version" not in host["doctor"]["failed"]
     node = json.loads(npuops("--ascend-root", str(target.install_path), "node", "--json").stdout)
     assert node["cann"]["toolkit"]["version"] == CANN and node["cann"]["nnal"]["version"] == CANN
 
