@@ -32,8 +32,8 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
     settings = load_context_settings(ctx, state_dir=state_dir)
     record = load_record(settings.state_dir, name)
     if preflight:
-        from npuops.atomic import write_text_atomic
         from npuops.service.gate import refusal_status, render_gate_text, run_gate
+        from npuops.service.record import write_status
 
         gate = run_gate(record, settings)
         click.echo(json.dumps(gate.to_json(), indent=2) if as_json else render_gate_text(gate, record.name),
@@ -41,8 +41,7 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
         if not gate.ok:
             # So `npuops status` and `npuops launch` can name the check and its fix.
             with contextlib.suppress(OSError):
-                write_text_atomic(Path(record.status_file),
-                                  json.dumps(refusal_status(gate, record.name), indent=2) + "\n")
+                write_status(record, refusal_status(gate, record.name))
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
 

@@ -9,7 +9,6 @@ the HTTP and subprocess calls are the only effects.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -83,7 +82,7 @@ def _floats(value: Any, what: str) -> tuple[float, ...]:
     if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                               for v in value):
         raise ParseError("served generations", f"{what} is not a list of numbers")
-    return tuple(float(v) if v is not None else -math.inf for v in value)
+    return tuple(float(v) for v in value)
 
 
 def parse_completion(body: bytes | str, prompt: str) -> Generation:

@@ -7,7 +7,6 @@ import errno
 import os
 import pwd
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,10 +167,3 @@ def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
             return True
         time.sleep(0.2)
     return not pid_alive(pid)
-
-
-def run_quietly(argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None

@@ -10,7 +10,6 @@ else is reported and let through.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from npuops.doctor.model import CheckOutcome, Result, Severity, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
+from npuops.service.deploy import port_taken
 from npuops.service.endpoint import client_host
 from npuops.service.record import InstanceRecord
 from npuops.settings import Settings
@@ -103,12 +103,8 @@ def check_port_free(record: InstanceRecord) -> CheckOutcome:
     started = time.monotonic()
     title = "Nothing else listens on the instance's port."
     host = client_host(record.host)
-    try:
-        with socket.create_connection((host, record.port), timeout=1.0):
-            taken = True
-    except OSError:
-        taken = False
-    if not taken:
+    # The same bind test launch makes: it is what the engine will do with the port.
+    if not port_taken(record.host, record.port):
         return _outcome("port-free", title, Severity.CRITICAL,
                         Result.passed(f"{host}:{record.port} is free"), started)
     return _outcome("port-free", title, Severity.CRITICAL, Result.fail(

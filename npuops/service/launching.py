@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from npuops.atomic import write_text_atomic
 from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import parse_env_file
 from npuops.errors import ExitCode
@@ -34,7 +33,7 @@ from npuops.service.endpoint import Completion, base_url, first_completion
 from npuops.service.engine_log import Stage
 from npuops.service.gate import refusal_status, render_gate_text, run_gate
 from npuops.service.manager import SystemdManager
-from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status
+from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
 
@@ -151,15 +150,15 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
     for note in notes:
         report.progress(f"note: {note}")
     # `npuops status` sees the instance starting from the first moment, not "stopped" while the gate runs.
-    write_text_atomic(Path(record.status_file), json.dumps(
+    write_status(record, (
         {"name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "gate", "stages": [],
          "started_at": time.time(), "healthy_at": None, "url": base_url(record.host, record.port),
-         "exit": None}, indent=2) + "\n")
+         "exit": None}))
     gate = run_gate(record, settings)
     report.progress(render_gate_text(gate, record.name))
     report.event(event="gate", **gate.to_json())
     if not gate.ok:
-        write_text_atomic(Path(record.status_file), json.dumps(refusal_status(gate, record.name), indent=2) + "\n")
+        write_status(record, refusal_status(gate, record.name))
         return ExitCode.CHECKS_FAILED
     url = base_url(record.host, record.port)
 

@@ -118,9 +118,6 @@ class SystemdManager:
     def enable(self, unit: str) -> None:
         self._checked("enable", unit)
 
-    def disable(self, unit: str) -> None:
-        self._run("disable", unit)
-
     def start_command(self, unit: str) -> list[str]:
         """`systemctl start --no-block UNIT`: returns at once with real systemd; launch follows the progress."""
         return [*self.systemctl, "start", "--no-block", unit]
@@ -130,9 +127,6 @@ class SystemdManager:
 
     def stop(self, unit: str, timeout: float | None = None) -> None:
         self._checked("stop", unit, timeout=timeout)
-
-    def restart(self, unit: str) -> None:
-        self._checked("restart", "--no-block", unit)
 
     def state(self, unit: str) -> UnitState:
         args = ["show"] + [f"--property={p}" for p in _SHOW_PROPERTIES] + [unit]

@@ -143,6 +143,11 @@ def list_records(state_dir: Path) -> list[InstanceRecord]:
     return records
 
 
+def write_status(record: InstanceRecord, document: dict[str, Any]) -> None:
+    """The supervisor's state for `npuops status` (also written by the start gate when it refuses)."""
+    write_text_atomic(Path(record.status_file), json.dumps(document, indent=2) + "\n", mode=0o644)
+
+
 def read_status(record: InstanceRecord) -> dict[str, Any] | None:
     """The supervisor's last written state, or None when it never ran (or the file is unreadable)."""
     try:

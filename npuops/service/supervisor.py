@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -27,15 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
-from npuops.atomic import write_text_atomic
 from npuops.service.diagnosis import Diagnosis, diagnose
 from npuops.service.endpoint import base_url, health_ok
 from npuops.service.engine_log import Stage, kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
-from npuops.service.record import InstanceRecord
+from npuops.service.record import InstanceRecord, write_status
 
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
 LOG_TAIL_LINES = 40
@@ -153,7 +150,7 @@ class Supervisor:
     def _write_status(self) -> None:
         self._state["updated_at"] = time.time()
         try:
-            write_text_atomic(Path(self.record.status_file), json.dumps(self._state, indent=2) + "\n", mode=0o644)
+            write_status(self.record, self._state)
         except OSError as exc:
             # The status file is for `npuops status`; failing to write it must not take the engine down.
             self._say(f"cannot write {self.record.status_file}: {exc.strerror}")

@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
 from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
+from tests.provision.test_provision_local import npuops, package_dir
 from tests.provision.vendor_installers import build_package_set, makeself_available
 
 pytestmark = pytest.mark.slow
@@ -48,21 +46,6 @@ HOST_PATHS = ("/usr/local/Ascend", "/etc/npuops/ascend.env", "/etc/profile.d/npu
               "/var/lib/npuops", "/var/log/ascend_seclog", "/etc/ascend_install.info")
 
 StartFleet = Callable[..., TestFleet]
-
-
-def npuops(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "npuops", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=timeout, check=False)
-
-
-def package_dir(root: Path, files: list[Path]) -> Path:
-    directory = root / f"packages-{uuid.uuid4().hex[:6]}"
-    directory.mkdir()
-    for f in files:
-        shutil.copy2(f, directory / f.name)
-    proc = npuops("packages", "index", str(directory), "--json")
-    assert proc.returncode == 0, proc.stderr
-    return directory
 
 
 def provision(inventory: Path, packages: Path, artifacts: Path, *args: str) -> tuple[int, dict[str, Any]]:
