@@ -4,25 +4,42 @@ HCCL moves tensors between nodes over these NICs, not over the host's network; a
 address shows up as `EI0006 Getting socket times out` or a TCPStore timeout minutes into a launch (ascend-facts
 §5, §6 no. 11). Single-node inference never touches them, which is why these checks are level 2 and skip when
 `hccn_tool` is absent. 310P cards have no NPU NICs.
+
+With `--peers` (the other hosts of a serving group; the fleet doctor passes them) two more look between hosts: each
+NPU NIC pings the same device's NIC on every peer, and the host interface HCCL and Gloo use reaches every peer's
+host address.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from npuops.doctor.common import skip_without_npus
-from npuops.doctor.context import CheckContext
+from npuops.doctor.context import CheckContext, PeerGroup, PeerHost
 from npuops.doctor.model import Check, Result, Severity
-from npuops.hardware.hccn import HccnIp, HccnLink, HccnNetHealth, parse_hccn_ip, parse_hccn_link, parse_hccn_net_health
+from npuops.hardware.hccn import (
+    PING_FAILURE_MARKERS,
+    HccnIp,
+    HccnLink,
+    HccnNetHealth,
+    HccnPing,
+    parse_hccn_ip,
+    parse_hccn_link,
+    parse_hccn_net_health,
+    parse_hccn_ping,
+)
+from npuops.hardware.host import NetInterface
 from npuops.hardware.node import Chip
 from npuops.hardware.parsing import ParseError
+from npuops.hardware.probe import CommandResult
 
 T = TypeVar("T")
 
-# Families whose chips carry no NPU NIC (the 300I Duo and other 310P inference cards talk over PCIe only).
-_NO_NIC_FAMILIES = frozenset({"310P"})
 _SINGLE_NODE = "nothing to fix for single-node inference"
 
 
@@ -38,32 +55,48 @@ class _NicReadings:
     unreadable: list[tuple[Chip, str]]
 
 
-def _query(ctx: CheckContext, query: str, parse: Callable[[str], T]) -> _NicReadings | Result:
-    """Run `hccn_tool -i <device> <query> -g` for every NIC the launch uses; a skip Result when there is nothing
-    to ask (no NPU, only 310P chips, or no hccn_tool)."""
+def _nic_chips(ctx: CheckContext) -> list[Chip] | Result:
+    """The chips with an NPU NIC that the launch uses, or a skip Result when there are none (no NPU, only 310P)."""
     skipped = skip_without_npus(ctx)
     if skipped is not None:
         return skipped
     chips = ctx.selected_chips()
-    with_nic = [c for c in chips if c.family not in _NO_NIC_FAMILIES]
+    with_nic = [c for c in chips if c.has_nic]
     if not with_nic:
         families = sorted({c.family for c in chips if c.family})
         return Result.skip(f"{', '.join(families)} chips have no NPU NICs (multi-node HCCL over RoCE needs A2/A3)",
                            f"{_SINGLE_NODE}; multi-node serving needs 910B (A2) or 910C (A3) nodes",
                            chips=[c.smi.name for c in chips])
+    return with_nic
+
+
+def _no_hccn_tool(tool: str) -> Result:
+    # Before any NIC is judged: no hccn_tool means this node was not set up for multi-node serving.
+    return Result.skip(f"`{tool}` is not installed: only multi-node serving uses the NPU NICs",
+                       f"{_SINGLE_NODE}; for multi-node, install the driver's tools (hccn_tool ships in "
+                       "/usr/local/Ascend/driver/tools) or mount that directory into the container")
+
+
+def _first_line(result: CommandResult) -> str:
+    said = next((line.strip() for line in result.output.splitlines() if line.strip()), "")
+    return f"{result.describe()}" + (f": {said}" if said else "")
+
+
+def _query(ctx: CheckContext, query: str, parse: Callable[[str], T]) -> _NicReadings | Result:
+    """Run `hccn_tool -i <device> <query> -g` for every NIC the launch uses; a skip Result when there is nothing
+    to ask (no NPU, only 310P chips, or no hccn_tool)."""
+    with_nic = _nic_chips(ctx)
+    if isinstance(with_nic, Result):
+        return with_nic
     tool = ctx.settings.hccn_tool
     values: list[tuple[Chip, Any]] = []
     unreadable: list[tuple[Chip, str]] = []
     for chip in with_nic:
         result = ctx.probe.run(tool, "-i", str(chip.device_id), query, "-g")
         if result.missing:
-            # Before any NIC is judged: no hccn_tool means this node was not set up for multi-node serving.
-            return Result.skip(f"`{tool}` is not installed: only multi-node serving uses the NPU NICs",
-                               f"{_SINGLE_NODE}; for multi-node, install the driver's tools (hccn_tool ships in "
-                               "/usr/local/Ascend/driver/tools) or mount that directory into the container")
+            return _no_hccn_tool(tool)
         if not result.ok:
-            said = next((line.strip() for line in result.output.splitlines() if line.strip()), "")
-            unreadable.append((chip, f"{result.describe()}" + (f": {said}" if said else "")))
+            unreadable.append((chip, _first_line(result)))
             continue
         try:
             values.append((chip, parse(result.output)))
@@ -187,3 +220,277 @@ class HccnIpConfigured(Check):
             return _unreadable_warn(readings, "-ip", evidence)
         return Result.passed(f"{len(ips)} NPU NIC(s) have an address: "
                              + ", ".join(f"{c.device_id}={ip.address}" for c, ip in ips), **evidence)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Between hosts: `--peers` names the other hosts of the serving group (the fleet doctor passes them).
+# --------------------------------------------------------------------------------------------------------------------
+
+_NO_PEERS_FIX = ("for a multi-node launch, run `npuops doctor --level 2 --peers '<JSON>'` with the other hosts of the "
+                 "serving group (the fleet doctor does this on every host); " + _SINGLE_NODE)
+
+
+def _no_peers(group: PeerGroup | None) -> Result | None:
+    if group is None:
+        return Result.skip("no --peers given: the network between the hosts of a serving group needs their addresses",
+                           _NO_PEERS_FIX)
+    if not group.peers:
+        return Result.skip("--peers lists no other host", _NO_PEERS_FIX)
+    return None
+
+
+@dataclass(frozen=True)
+class PeerPing:
+    """How one local NIC did against the same device's NIC on one peer."""
+
+    chip: Chip
+    peer: PeerHost
+    address: str | None  # the peer's NIC address; None when the peer gave none for this device
+    verdict: str  # "reachable", "lossy", "unreachable", "unreadable", "no-peer-ip"
+    detail: str
+    ping: HccnPing | None = None
+
+    def label(self) -> str:
+        return f"{self.peer.name} device {self.chip.device_id}" + (f" ({self.address})" if self.address else "")
+
+    def to_evidence(self) -> dict[str, Any]:
+        return {"peer": self.peer.name, "device": self.chip.device_id, "address": self.address,
+                "verdict": self.verdict, "detail": self.detail,
+                "transmitted": self.ping.transmitted if self.ping else None,
+                "received": self.ping.received if self.ping else None}
+
+
+def judge_ping(result: CommandResult) -> tuple[str, str, HccnPing | None]:
+    """(verdict, detail, parsed) for the result of one `hccn_tool -i N -ping -g address A`. Pure.
+
+    The summary line decides when it parses; otherwise a failed run whose output carries a failure hccn_tool itself
+    recognises ("recv time out seq", ...) is unreachable, and anything else could not be read.
+    """
+    if result.error is not None:
+        return "unreadable", result.describe(), None
+    try:
+        ping = parse_hccn_ping(result.output)
+    except ParseError as exc:
+        marker = next((m for m in PING_FAILURE_MARKERS if m.lower() in result.output.lower()), None)
+        if result.returncode != 0 and marker is not None:
+            return "unreachable", f"`{marker}` (exit {result.returncode})", None
+        return "unreadable", (_first_line(result) if result.returncode != 0 else str(exc)), None
+    counts = f"{ping.received}/{ping.transmitted} replies, {ping.loss_percent:g}% loss"
+    if not ping.reachable:
+        return "unreachable", counts, ping
+    if not ping.lossless:
+        return "lossy", counts, ping
+    return "reachable", counts, ping
+
+
+class NpuPeerPing(Check):
+    """Every NPU NIC a launch uses reaches the same device's NIC on each peer host (`hccn_tool -i N -ping -g`)."""
+
+    id = "npu-peer-ping"
+    area = "network"
+    severity = Severity.HIGH
+    level = 2
+    requires = ("hccn_tool",)
+
+    def run(self, ctx: CheckContext) -> Result:
+        group = ctx.options.peers
+        skipped = _no_peers(group)
+        if skipped is not None:
+            return skipped
+        assert group is not None
+        with_nic = _nic_chips(ctx)
+        if isinstance(with_nic, Result):
+            return with_nic
+        tool = ctx.settings.hccn_tool
+        pairs: list[PeerPing] = []
+        # One ping at a time: vendor docs warn that hccn_tool answers "hccn_tool is busy" to concurrent callers; an
+        # unreachable pair costs only the seconds its three probes wait.
+        for chip in with_nic:
+            for peer in group.peers:
+                address = peer.npu_ips.get(chip.device_id)
+                if address is None:
+                    pairs.append(PeerPing(chip, peer, None, "no-peer-ip",
+                                          f"{peer.name} gave no NPU NIC address for device {chip.device_id}"))
+                    continue
+                result = ctx.probe.run(tool, "-i", str(chip.device_id), "-ping", "-g", "address", address)
+                if result.missing:
+                    return _no_hccn_tool(tool)
+                verdict, detail, ping = judge_ping(result)
+                pairs.append(PeerPing(chip, peer, address, verdict, detail, ping))
+        return self._verdict(pairs)
+
+    @staticmethod
+    def _verdict(pairs: list[PeerPing]) -> Result:
+        evidence: dict[str, Any] = {"pairs": [p.to_evidence() for p in pairs]}
+        by: dict[str, list[PeerPing]] = {}
+        for pair in pairs:
+            by.setdefault(pair.verdict, []).append(pair)
+
+        def listing(verdict: str) -> str:
+            return "; ".join(f"{p.label()}: {p.detail}" for p in by.get(verdict, []))
+
+        untested = by.get("no-peer-ip", [])
+        untested_note = ("; not tested, no NPU NIC address given: "
+                         + ", ".join(f"{p.peer.name} device {p.chip.device_id}" for p in untested)) if untested else ""
+        ip_fix = ("give each peer's \"npu_ips\" by device id (its `npuops node --json` chips[].nic_ip, or "
+                  "`hccn_tool -i N -ip -g` on it); a peer chip without an address cannot join HCCL either")
+        if len(untested) == len(pairs):
+            return Result.skip(f"no peer gave an NPU NIC address for the devices this launch uses{untested_note}",
+                               ip_fix, **evidence)
+        if "unreachable" in by:
+            devices = sorted({p.chip.device_id for p in by["unreachable"]})
+            first = by["unreachable"][0]
+            return Result.fail(
+                f"NPU NIC(s) cannot reach the same device on a peer: {listing('unreachable')}"
+                + (f"; with loss: {listing('lossy')}" if "lossy" in by else "") + untested_note,
+                f"for each pair, on both hosts: the cable/optic and switch port (`hccn_tool -i {first.chip.device_id} "
+                f"-link -g`), the addresses (`hccn_tool -i {first.chip.device_id} -ip -g` must show what the peers "
+                "were given), and when the NICs are on different subnets the route and gateway (`hccn_tool -i N "
+                "-route -g`, `-gateway -g`); addresses are kept in /etc/hccn.conf. A multi-node launch over these "
+                f"NICs (devices {', '.join(map(str, devices))}) hangs in HCCL with EI0006", **evidence)
+        if "lossy" in by or "unreadable" in by:
+            problems = []
+            if "lossy" in by:
+                problems.append(f"packets lost: {listing('lossy')}")
+            if "unreadable" in by:
+                problems.append(f"could not ping: {listing('unreadable')}")
+            return Result.warn("; ".join(problems) + untested_note,
+                               "lost probes point at the link or the switch port (`hccn_tool -i N -link_stat -g` "
+                               "shows link flaps, `hccn_tool -i N -status -g` the speed); a ping npuops could not "
+                               "run: try `hccn_tool -i N -ping -g address <peer NIC>` by hand", **evidence)
+        if untested:
+            return Result.warn(f"{len(by['reachable'])} NPU NIC pair(s) reach each other{untested_note}", ip_fix,
+                               **evidence)
+        return Result.passed(f"{len(pairs)} NPU NIC pair(s) reach each other with no loss: "
+                             + ", ".join(p.label() for p in pairs), **evidence)
+
+
+# A peer that has not answered a TCP handshake in this time is not going to answer Gloo's or HCCL's either; a host
+# that is up answers at once, with a connection or a reset.
+PEER_CONNECT_TIMEOUT_S = 2.0
+
+_UNREACHABLE_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN})
+_ANSWERED_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET})
+
+
+@dataclass(frozen=True)
+class TcpReach:
+    """What a TCP connect to a peer's address said."""
+
+    outcome: str  # "connected", "refused" (the host answered with a reset), "timeout", "unreachable",
+    #               "local-address" (the source address cannot be used here), "error"
+    detail: str
+    local_address: str | None = None  # the source address the kernel used
+
+    @property
+    def reachable(self) -> bool:
+        """The host answered: a connection, or a reset from a closed port."""
+        return self.outcome in ("connected", "refused")
+
+
+def classify_connect_error(exc: OSError) -> tuple[str, str]:
+    """(outcome, detail) for an exception from connect(). Pure."""
+    if isinstance(exc, socket.gaierror):
+        return "error", f"cannot resolve the address: {exc.strerror or exc}"
+    if isinstance(exc, TimeoutError) or exc.errno == errno.ETIMEDOUT:
+        return "timeout", "no answer (timed out)"
+    reason = exc.strerror or str(exc)
+    if exc.errno in _ANSWERED_ERRNOS:
+        return "refused", f"the host answered ({reason.lower()}): up, nothing listens on the port"
+    if exc.errno in _UNREACHABLE_ERRNOS:
+        return "unreachable", reason.lower()
+    return "error", reason
+
+
+def tcp_reach(source: str | None, address: str, port: int, timeout: float) -> TcpReach:
+    """Connect from `source` (an address of this host; None lets the route choose) to address:port. Never raises."""
+    family = socket.AF_INET if source else socket.AF_UNSPEC
+    try:
+        infos = socket.getaddrinfo(address, port, family, socket.SOCK_STREAM)
+    except OSError as exc:
+        return TcpReach(*classify_connect_error(exc))
+    sock_family, sock_type, proto, _, sockaddr = infos[0]
+    try:
+        sock = socket.socket(sock_family, sock_type, proto)
+    except OSError as exc:
+        return TcpReach("error", f"cannot open a socket: {exc.strerror or exc}")
+    with sock:
+        sock.settimeout(timeout)
+        if source:
+            try:
+                sock.bind((source, 0))
+            except OSError as exc:
+                return TcpReach("local-address", f"cannot send from {source}: {(exc.strerror or str(exc)).lower()}")
+        try:
+            sock.connect(sockaddr)
+        except OSError as exc:
+            outcome, detail = classify_connect_error(exc)
+            if outcome == "timeout":
+                detail = f"no answer in {timeout:g} s"
+            return TcpReach(outcome, detail, source)
+        return TcpReach("connected", "connected", str(sock.getsockname()[0]))
+
+
+def _source_interface(group: PeerGroup, interfaces: tuple[NetInterface, ...]) -> tuple[str | None, str] | Result:
+    """(source address, how to name it) for the group's interface, or a failing Result when it cannot be used."""
+    if group.ifname is None:
+        return None, "the interface the route picks"
+    have = ", ".join(f"{i.name} {' '.join(i.ipv4) or '(no IPv4)'}" for i in interfaces) or "none"
+    fix = (f"name the interface GLOO_SOCKET_IFNAME/HCCL_SOCKET_IFNAME use on this host in --peers' \"ifname\" "
+           f"(this host has: {have}); `ip -br addr` lists them")
+    interface = next((i for i in interfaces if i.name == group.ifname), None)
+    if interface is None:
+        return Result.fail(f"no interface {group.ifname!r} on this host", fix, ifname=group.ifname)
+    if not interface.up:
+        return Result.fail(f"interface {interface.name} is down", f"bring it up (`ip link set {interface.name} up`) "
+                           "or " + fix, ifname=interface.name)
+    if not interface.ipv4:
+        return Result.fail(f"interface {interface.name} has no IPv4 address", fix, ifname=interface.name)
+    source = interface.ipv4[0].split("/")[0]
+    return source, f"{interface.name} ({source})"
+
+
+class HostPeerReach(Check):
+    """Each peer host answers on its address from the interface HCCL and Gloo use (a TCP connect to its port)."""
+
+    id = "host-peer-reach"
+    area = "network"
+    severity = Severity.HIGH
+    level = 2
+
+    # The connect, replaceable in tests: (source or None, address, port, timeout) -> TcpReach.
+    connect: ClassVar[Callable[[str | None, str, int, float], TcpReach]] = staticmethod(tcp_reach)
+
+    def run(self, ctx: CheckContext) -> Result:
+        group = ctx.options.peers
+        skipped = _no_peers(group)
+        if skipped is not None:
+            return skipped
+        assert group is not None
+        source = _source_interface(group, ctx.node.host.interfaces if group.ifname else ())
+        if isinstance(source, Result):
+            return source
+        address, via = source
+        connect = type(self).connect
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(group.peers))) as pool:
+            futures = [pool.submit(connect, address, p.address, p.port, PEER_CONNECT_TIMEOUT_S) for p in group.peers]
+            reaches = [f.result() for f in futures]
+        evidence: dict[str, Any] = {
+            "ifname": group.ifname, "source": address,
+            "peers": {p.name: {"address": p.address, "port": p.port, "outcome": r.outcome, "detail": r.detail,
+                               "local_address": r.local_address} for p, r in zip(group.peers, reaches, strict=True)},
+        }
+        bad = [(p, r) for p, r in zip(group.peers, reaches, strict=True) if not r.reachable]
+        if bad:
+            listing = "; ".join(f"{p.name} {p.address}:{p.port}: {r.detail}" for p, r in bad)
+            first = bad[0][0]
+            route = f"ip route get {first.address}" + (f" from {address}" if address else "")
+            return Result.fail(
+                f"peer host(s) not reachable from {via}: {listing}",
+                f"check the route and firewall between the hosts (`{route}`, then a ping), that the peer is up, and "
+                "that GLOO_SOCKET_IFNAME / HCCL_SOCKET_IFNAME / HCCL_IF_IP name an interface on the network the peers "
+                "are on: Gloo, HCCL's bootstrap and Ray all connect over it, and a wrong one shows up as TCPStore or "
+                "EI0006 socket timeouts", **evidence)
+        answered = ", ".join(f"{p.name} ({'port closed, host up' if r.outcome == 'refused' else 'connected'})"
+                             for p, r in zip(group.peers, reaches, strict=True))
+        return Result.passed(f"{len(reaches)} peer host(s) answer from {via}: {answered}", **evidence)

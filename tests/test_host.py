@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
+import socket
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -9,11 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npuops.hardware.host import (
+    NetInterface,
+    interfaces_from_psutil,
     parse_cpu_list,
     parse_cpu_model,
     parse_meminfo,
     parse_os_release,
     read_host_facts,
+    read_net_interfaces,
 )
 from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
@@ -102,3 +108,53 @@ def test_read_host_facts_on_this_machine() -> None:
     assert len(facts.allowed_cpus) == len(os.sched_getaffinity(0))
     assert facts.memory_total_bytes and facts.memory_total_bytes > 0
     assert facts.shm_total_bytes is not None
+
+
+# The shapes psutil.net_if_addrs() / net_if_stats() return (psutil._common.snicaddr / snicstats; `flags` since 5.9.3).
+Addr = namedtuple("Addr", "family address netmask broadcast ptp")
+Stats = namedtuple("Stats", "isup duplex speed mtu flags")
+OldStats = namedtuple("OldStats", "isup duplex speed mtu")
+AF_PACKET = getattr(socket, "AF_PACKET", 17)
+
+
+def test_interfaces_from_psutil_structures() -> None:
+    addrs = {
+        "lo": [Addr(socket.AF_INET, "127.0.0.1", "255.0.0.0", None, None)],
+        "enp189s0f0": [Addr(socket.AF_INET, "10.213.0.11", "255.255.255.0", "10.213.0.255", None),
+                       Addr(socket.AF_INET6, "fe80::1%enp189s0f0", "ffff:ffff:ffff:ffff::", None, None),
+                       Addr(AF_PACKET, "00:11:22:33:44:55", None, "ff:ff:ff:ff:ff:ff", None),
+                       Addr(socket.AF_INET, "192.168.7.3", "255.255.0.0", None, None)],
+        "bond1": [Addr(socket.AF_INET, "172.16.0.5", None, None, None)],
+        "docker0": [Addr(socket.AF_INET, "172.17.0.1", "255.255.0.0", None, None)],
+    }
+    stats = {
+        "lo": Stats(True, 0, 0, 65536, "up,loopback,running"),
+        "enp189s0f0": Stats(True, 2, 100000, 1500, "up,broadcast,running,multicast"),
+        "docker0": Stats(False, 0, 0, 1500, "broadcast,multicast"),
+        "ib0": Stats(True, 2, 200000, 2044, "up,running"),  # stats but no address
+    }
+    assert interfaces_from_psutil(addrs, stats) == (
+        NetInterface("bond1", ("172.16.0.5",), False),  # no netmask: the bare address; no stats: down
+        NetInterface("docker0", ("172.17.0.1/16",), False),
+        NetInterface("enp189s0f0", ("10.213.0.11/24", "192.168.7.3/16"), True),
+        NetInterface("ib0", (), True),
+    )
+
+
+def test_interfaces_loopback_is_left_out_without_the_flags_field() -> None:
+    """psutil before 5.9.3 has no `flags`: loopback is known by its name or its 127.0.0.0/8-only addresses."""
+    addrs = {"lo": [], "lo0": [Addr(socket.AF_INET, "127.0.0.2", "255.0.0.0", None, None)],
+             "eth0": [Addr(socket.AF_INET, "10.0.0.2", "255.255.255.0", None, None)]}
+    stats = {"lo": OldStats(True, 0, 0, 65536), "lo0": OldStats(True, 0, 0, 65536), "eth0": OldStats(True, 2, 0, 1500)}
+    assert interfaces_from_psutil(addrs, stats) == (NetInterface("eth0", ("10.0.0.2/24",), True),)
+
+
+def test_interfaces_on_this_machine() -> None:
+    import psutil
+
+    interfaces = read_net_interfaces()
+    assert {i.name for i in interfaces} <= set(psutil.net_if_addrs()) | set(psutil.net_if_stats())
+    assert "lo" not in {i.name for i in interfaces}
+    for interface in interfaces:
+        for address in interface.ipv4:
+            assert not ipaddress.IPv4Interface(address).ip.is_loopback

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from npuops.hardware.node import discover_node, interpret_npu_smi
+from npuops.hardware.node import NIC_IP_TIMEOUT_S, discover_node, interpret_hccn_ip, interpret_npu_smi
 from npuops.hardware.probe import RC_NOT_FOUND, RC_TIMEOUT, CommandResult, Probe
 from npuops.settings import Settings
 from tests.conftest import FakeRunner, capture, put
@@ -163,3 +164,87 @@ def test_version_cfg_of_a_node_with_two_toolkits() -> None:
         "opp_kernel_installed_version=[8.1.0.1.220:8.1.RC1][8.2.0.2.220:8.2.RC2]")
     assert "[8.1.0.1.220:8.1.RC1][8.2.0.2.220:8.2.RC2]" in text
     assert parse_version_cfg(text).installed["opp_kernel"] == "8.2.RC2"
+
+
+# --- NPU NIC addresses and host interfaces (the multi-node preflight's inputs) ------------------------------------
+
+IP_CAPTURES = ("hccn_tool-ip_910b_1.txt", "hccn_tool-ip_910-32g_1.txt", "hccn_tool-ip_doc_1.txt")
+
+
+def _hccn_ip(device: int) -> tuple[str, ...]:
+    return ("hccn_tool", "-i", str(device), "-ip", "-g")
+
+
+def test_nic_ip_of_every_chip_from_hccn_tool(fake_root: Path) -> None:
+    answers: dict[tuple[str, ...], tuple[int, str, str]] = {
+        ("npu-smi", "info"): (0, capture("npu-smi-info_910b3_1.txt"), "")}
+    for device, name in enumerate(IP_CAPTURES):
+        answers[_hccn_ip(device)] = (0, capture(name), "")
+    answers[_hccn_ip(3)] = (0, capture("hccn_tool-link_doc_1.txt"), "")  # an answer that is not an address
+    for device in range(4, 8):
+        answers[_hccn_ip(device)] = (1, "", "")  # the query failed on this NIC
+    runner = FakeRunner(answers)
+    data = discover_node(Probe(Settings(root=fake_root), runner=runner, machine=lambda: "aarch64")).to_json()
+    # The vendor doc's redacted "10.xx.xx.10" is no address to ping: null, like an answer that does not parse.
+    assert [c["nic_ip"] for c in data["chips"]] == ["29.1.112.213", "10.20.11.24"] + [None] * 6
+    assert [c["device_id"] for c in data["chips"]] == list(range(8))
+    assert len([c for c in runner.calls if c[0] == "hccn_tool"]) == 8
+    json.dumps(data)
+
+
+def test_nic_ip_is_null_without_hccn_tool_and_asked_once(fake_root: Path) -> None:
+    runner = FakeRunner({("npu-smi", "info"): (0, capture("npu-smi-info_910b3_1.txt"), "")})
+    data = discover_node(Probe(Settings(root=fake_root), runner=runner, machine=lambda: "aarch64")).to_json()
+    assert [c["nic_ip"] for c in data["chips"]] == [None] * 8
+    assert [c for c in runner.calls if c[0] == "hccn_tool"] == [_hccn_ip(0)]
+
+
+def test_310p_chips_have_no_nic_and_hccn_tool_is_not_asked(fake_root: Path) -> None:
+    runner = FakeRunner({("npu-smi", "info"): (0, capture("npu-smi-info_310p3-300iduo_1.txt"), ""),
+                         ("hccn_tool",): (0, capture("hccn_tool-ip_910b_1.txt"), "")})
+    data = discover_node(Probe(Settings(root=fake_root), runner=runner, machine=lambda: "aarch64")).to_json()
+    assert [c["nic_ip"] for c in data["chips"]] == [None] * 8
+    assert not [c for c in runner.calls if c[0] == "hccn_tool"]
+
+
+class _HungHccnTool(FakeRunner):
+    """npu-smi answers; hccn_tool times out (rc 124 with an error, as SubprocessRunner reports a hang)."""
+
+    def __init__(self, answers: Mapping[tuple[str, ...], tuple[int, str, str]]) -> None:
+        super().__init__(answers)
+        self.timeouts: list[float] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None) -> CommandResult:
+        if argv[0] == "hccn_tool":
+            self.calls.append(tuple(argv))
+            self.timeouts.append(timeout)
+            return CommandResult(tuple(argv), RC_TIMEOUT, "", "", timeout, f"timed out after {timeout:g} s")
+        return super().run(argv, timeout=timeout, env=env)
+
+
+def test_a_hung_hccn_tool_is_asked_once_with_a_short_timeout(fake_root: Path) -> None:
+    runner = _HungHccnTool({("npu-smi", "info"): (0, capture("npu-smi-info_a3-ascend910-2chip_1.txt"), "")})
+    node = discover_node(Probe(Settings(root=fake_root), runner=runner, machine=lambda: "aarch64"))
+    assert len(node.chips) == 16 and all(c.nic_ip is None for c in node.chips)
+    assert runner.calls.count(_hccn_ip(0)) == 1 and len([c for c in runner.calls if c[0] == "hccn_tool"]) == 1
+    assert runner.timeouts == [NIC_IP_TIMEOUT_S]
+
+
+def test_interpret_hccn_ip_never_raises() -> None:
+    ip = capture("hccn_tool-ip_910b_1.txt")
+    assert interpret_hccn_ip(CommandResult(_hccn_ip(0), 0, ip, "", 0.0)) == "29.1.112.213"
+    assert interpret_hccn_ip(CommandResult(_hccn_ip(0), 0, "\x00garbage", "", 0.0)) is None
+    assert interpret_hccn_ip(CommandResult(_hccn_ip(0), 0, "ipaddr:\nnetmask:\n", "", 0.0)) is None
+    assert interpret_hccn_ip(CommandResult(_hccn_ip(0), 0, capture("hccn_tool-ip_doc_1.txt"), "", 0.0)) is None
+    assert interpret_hccn_ip(CommandResult(_hccn_ip(0), 255, ip, "", 0.0)) is None
+
+
+def test_host_interfaces_are_in_the_node_json(fake_root: Path) -> None:
+    data = discover_node(_probe(fake_root, None)).to_json()
+    interfaces = data["host"]["interfaces"]
+    assert isinstance(interfaces, list)
+    for interface in interfaces:
+        assert set(interface) == {"name", "ipv4", "up"}
+        assert isinstance(interface["ipv4"], list) and isinstance(interface["up"], bool)
+    assert "lo" not in {i["name"] for i in interfaces}
+    json.dumps(data)

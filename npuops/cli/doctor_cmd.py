@@ -46,21 +46,56 @@ def _ids(value: str | None) -> list[str] | None:
               help="A 0600 file with the endpoint's API key.")
 @click.option("--dtype", "served_dtype", type=click.Choice(["float32", "float16", "bfloat16"]),
               help="The dtype the endpoint serves in (picks the bounds) [default: the golden's or the model's].")
+@click.option("--peers", "peers_json", metavar="JSON",
+              help="The other hosts of a multi-node serving group, for the network checks between hosts: "
+                   '\'[{"name": "node-b", "address": "10.0.0.12", "port": 22, "npu_ips": {"0": "29.1.1.12"}}]\' '
+                   'or {"ifname": "eth0", "peers": [...]}.')
+# The fleet doctor (-i/--host): the same checks on every host through Ansible, one table.
+@click.option("-i", "--inventory", type=click.Path(path_type=Path),
+              help="Ansible inventory: run the doctor on every host and show one fleet table.")
+@click.option("--host", "fleet_hosts", multiple=True, help="A host to run the doctor on over Ansible (repeatable); "
+              "localhost uses a local connection.")
+@click.option("--limit", "fleet_limit", help="Ansible host pattern to limit the inventory to.")
+@click.option("--group", "fleet_group", help="An inventory group that serves together: only its hosts, and each "
+              "host's network checks get the others as --peers.")
+@click.option("--forks", "fleet_forks", type=click.IntRange(1, 500), default=10, show_default=True,
+              help="Hosts worked on in parallel (with -i/--host).")
+@click.option("--artifacts", "fleet_artifacts", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to keep the Ansible runs' artifacts (with -i/--host).")
 @click.pass_context
 def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, as_json: bool,
            prometheus: Path | None, explain_id: str | None, list_checks: bool, expect_chips: int | None,
            env_file: Path | None, model_dir: Path | None, devices: str | None,
            gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None, precision: bool,
            endpoint: str | None, served_model: str | None, golden: Path | None, reference_model: Path | None,
-           api_key_file: Path | None, served_dtype: str | None) -> None:
+           api_key_file: Path | None, served_dtype: str | None, peers_json: str | None,
+           inventory: Path | None, fleet_hosts: tuple[str, ...],
+           fleet_limit: str | None, fleet_group: str | None, fleet_forks: int, fleet_artifacts: Path | None) -> None:
     """Health checks of this node, each with a verdict and the fix.
 
     --precision runs the level-3 precision checks: the kernels on this node's device in each dtype it supports
     against a float64 reference and, with --endpoint and --golden or --reference-model, the served model.
 
-    Exit 0 when nothing failed (warnings allowed), 1 when a check failed.
+    With -i INVENTORY (or --host H ...) the doctor runs on every host through Ansible: one table of hosts by check
+    area, the versions and chip counts that differ between hosts, clock skew, and each failure with its fix.
+
+    Exit 0 when nothing failed (warnings allowed), 1 when a check failed (with -i: or hosts differ, or a host
+    gave no report).
     """
-    from npuops.doctor.context import CheckContext, DoctorOptions
+    if inventory is not None or fleet_hosts or fleet_group or fleet_limit:
+        _fleet_doctor(ctx, level=level, as_json=as_json, inventory=inventory, hosts=list(fleet_hosts),
+                      limit=fleet_limit, group=fleet_group, forks=fleet_forks, artifacts=fleet_artifacts,
+                      single_host_options={"--only": only, "--skip": skip, "--prometheus": prometheus,
+                                           "--explain": explain_id, "--list": list_checks,
+                                           "--expect-chips": expect_chips, "--env-file": env_file,
+                                           "--model-dir": model_dir, "--devices": devices,
+                                           "--gpu-memory-utilization": gpu_memory_utilization, "--eager": eager,
+                                           "--npu-smi": npu_smi, "--precision": precision, "--endpoint": endpoint,
+                                           "--served-model": served_model, "--golden": golden,
+                                           "--reference-model": reference_model, "--api-key-file": api_key_file,
+                                           "--dtype": served_dtype, "--peers": peers_json})
+        return
+    from npuops.doctor.context import CheckContext, DoctorOptions, parse_peers
     from npuops.doctor.registry import discover_checks, select_checks
     from npuops.hardware.probe import Probe
     from npuops.ranges import parse_device_list
@@ -103,6 +138,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         reference_model=reference_model,
         api_key=api_key,
         served_dtype=served_dtype,
+        peers=parse_peers(peers_json) if peers_json is not None else None,
     )
     selected = select_checks(checks, level, _ids(only), _ids(skip))
     check_ctx = CheckContext(Probe(settings), options)
@@ -124,4 +160,39 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(render_report_text(report))
+    ctx.exit(int(ExitCode.OK if report.ok else ExitCode.CHECKS_FAILED))
+
+
+def _fleet_doctor(ctx: click.Context, *, level: int, as_json: bool, inventory: Path | None, hosts: list[str],
+                  limit: str | None, group: str | None, forks: int, artifacts: Path | None,
+                  single_host_options: dict[str, object]) -> None:
+    """`npuops doctor -i INVENTORY` / `--host H`: the fleet doctor (npuops/fleet/doctor.py)."""
+    import os
+
+    from npuops.errors import UsageError
+    from npuops.fleet.doctor import run_fleet_doctor
+    from npuops.fleet.doctor_text import FleetProgress, render_fleet_doctor_text
+    from npuops.fleet.runner import LOCALHOST, default_artifacts_dir
+
+    if inventory is not None and hosts:
+        raise UsageError("-i/--inventory and --host do not go together", "use one of them")
+    if inventory is None and not hosts:
+        raise UsageError("--limit and --group work on an inventory", "pass the inventory with -i INVENTORY")
+    given = [name for name, value in single_host_options.items() if value not in (None, False)]
+    if given:
+        raise UsageError(f"{given[0]} does not go with -i/--host (the fleet doctor runs the default checks)",
+                         f"run `npuops doctor {given[0]} ...` on the host itself, or leave {given[0]} out")
+    settings = load_context_settings(ctx)
+    if artifacts is None:
+        artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
+    # Only when every host is this machine is it right to run this very npuops there.
+    local_only = bool(hosts) and all(h in (LOCALHOST, "127.0.0.1") for h in hosts)
+    command = str(Path(sys.executable).parent / "npuops") if local_only else None
+    report = run_fleet_doctor(inventory=inventory if inventory is not None else hosts, artifacts_dir=artifacts,
+                              limit=limit, level=level, group=group, forks=forks, npuops_command=command,
+                              on_event=FleetProgress(sys.stderr))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(render_fleet_doctor_text(report))
     ctx.exit(int(ExitCode.OK if report.ok else ExitCode.CHECKS_FAILED))

@@ -42,12 +42,21 @@ def default_npuops_executable() -> str:
               help="Run the supervisor in this terminal (no systemd): same gate, health checks and diagnosis.")
 @click.option("--dry-run", is_flag=True, help="Plan and render the files into --output; install nothing.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Directory for --dry-run files.")
+@click.option("-i", "--inventory", type=click.Path(path_type=Path),
+              help="Ansible inventory: launch one instance over the hosts of --group (multi-node serving).")
+@click.option("--group", help="With -i: the inventory group that serves; its first host is the Ray head or DP leader.")
+@click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True, help="With -i: hosts at once.")
+@click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
+              help="With -i: where to keep the Ansible runs' artifacts.")
+@click.option("--cluster-wait", "cluster_wait_s", type=click.IntRange(10), default=300, show_default=True,
+              help="With -i: seconds to wait for every Ray node to join.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
            service_user: str, start_timeout: int | None, watchdog_s: int, verify: bool, golden: Path | None,
            foreground: bool, dry_run: bool,
-           output: Path | None, as_json: bool, **flags: Any) -> None:
+           output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
+           cluster_wait_s: int, as_json: bool, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
     The unit runs `npuops run NAME`: a start gate (level-1 checks for these chips), then vLLM, reported ready only
@@ -68,7 +77,18 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         raise UsageError("--dry-run and --foreground exclude each other", "use one of them")
     if golden is not None and not verify:
         raise UsageError("--golden is for --verify", "add --verify")
+    if (inventory is None) != (group is None):
+        raise UsageError("-i/--inventory and --group go together", "give both to launch over a serving group")
     settings = load_context_settings(ctx)
+    if inventory is not None:
+        if foreground or verify:
+            raise UsageError("--foreground and --verify are for one node", "drop them with -i/--group")
+        assert group is not None
+        _launch_group(ctx, settings, name=name, host=host, port=port, api_key_file=api_key_file, vllm_bin=vllm_bin,
+                      service_user=service_user, start_timeout=start_timeout, watchdog_s=watchdog_s, dry_run=dry_run,
+                      output=output, inventory=inventory, group=group, forks=forks, artifacts=artifacts,
+                      cluster_wait_s=cluster_wait_s, as_json=as_json, flags=flags)
+        return
     manager = None
     if not dry_run and not foreground:
         from npuops.service.manager import service_manager
@@ -151,3 +171,102 @@ def _dry_run(instances: list[Any], output: Path, notes: list[str], plan_result: 
     click.echo(f"\nInstall: copy the env, vllm.yaml and instance.json to {state_dir}/<name>/ and the unit to "
                f"/etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now npuops-<name>` "
                f"(or let `npuops launch` without --dry-run do it).")
+
+
+def _group_target(settings: Any, flags: dict[str, Any], first_node: dict[str, Any], nodes: int) -> Any:
+    """The plan's hardware for a serving group: the hosts' own chips (checked identical), or --hardware."""
+    from npuops.plan.target import cpu_target, parse_hardware_spec, target_from_node
+
+    hardware = str(flags["hardware"]).strip().lower()
+    if hardware == "cpu":
+        host = first_node.get("host") or {}
+        return cpu_target(int(host.get("memory_total_bytes") or 0),
+                          int(host.get("allowed_cpu_count") or host.get("cpu_count") or 0),
+                          max(1, len(host.get("numa_nodes") or [])), nodes=nodes)
+    if hardware != "auto":
+        return parse_hardware_spec(str(flags["hardware"]), nodes=nodes, devices=flags.get("devices"))
+    chips = first_node.get("chips") or []
+    if not chips:
+        raise EnvironmentMissingError("the group's first host shows no NPU",
+                                      "check it with `npuops node -i INVENTORY`, or pass --hardware (cpu for a "
+                                      "test cluster of CPU engines)")
+    first = chips[0]
+    memory_mb = first.get("hbm_total_mb") or first.get("memory_total_mb")
+    return target_from_node(str(first.get("name")), len(chips), int(memory_mb) * 2**20 if memory_mb else None,
+                            nodes=nodes, devices=flags.get("devices"))
+
+
+def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, port: int, api_key_file: Path | None,
+                  vllm_bin: str, service_user: str, start_timeout: int | None, watchdog_s: int, dry_run: bool,
+                  output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
+                  cluster_wait_s: int, as_json: bool, flags: dict[str, Any]) -> None:
+    from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+    from npuops.launch.group import (
+        GroupLaunch,
+        check_same_hardware,
+        dump_parts,
+        render_group,
+        render_group_text,
+        resolve_group,
+        run_group_launch,
+    )
+    from npuops.launch.instance import LaunchSpec, read_api_key_file
+    from npuops.service.record import MANAGER_SYSTEMD
+
+    if artifacts is None:
+        artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
+    if flags.get("nodes", 1) not in (1, None):
+        raise UsageError("--nodes comes from the group with -i/--group", "drop --nodes")
+
+    def progress(event: PlaybookEvent) -> None:
+        if as_json:
+            return
+        if event.kind == "task_start":
+            click.echo(f"... {event.task}", err=True)
+        elif event.kind in ("ok", "changed", "failed", "unreachable"):
+            said = f": {event.message.splitlines()[0][:200]}" if event.message and event.kind in (
+                "failed", "unreachable") else ""
+            click.echo(f"  {event.host}: {event.kind}{said}", err=True)
+
+    hosts, nodes = resolve_group(inventory, group, artifacts_dir=artifacts, forks=forks, on_event=progress)
+    ordered = {h.name: nodes[h.name] for h in hosts}
+    if str(flags["hardware"]).strip().lower() == "auto":
+        check_same_hardware(ordered)
+    target = _group_target(settings, flags, dict(ordered[hosts[0].name]), len(hosts))
+    plan_result = make_plan_from_flags(settings, flags, target=target)
+    if plan_result.cluster is None:
+        raise UsageError(f"the plan for {plan_result.model.served_name} uses one node of the group",
+                         "launch it on one host without -i, or ask for --multinode dp/ray")
+    api_key = read_api_key_file(api_key_file) if api_key_file else None
+    npuops_command = str(hosts[0].vars.get("npuops_command") or "/opt/npuops/venv/bin/npuops")
+    spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
+                      vllm_command=(vllm_bin, "serve"), npuops_command=(npuops_command,),
+                      state_dir=settings.state_dir, service_data_root=settings.service_data_root,
+                      manager=MANAGER_SYSTEMD, start_timeout_s=start_timeout, watchdog_s=watchdog_s)
+    ray_command = (str(Path(vllm_bin).parent / "ray"),)
+    parts = render_group(plan_result, spec, hosts, ordered, group=group, ray_command=ray_command,
+                         unit_dir=settings.unit_dir)
+    launch_state = GroupLaunch(group=group, name=name, plan=plan_result, parts=parts)
+    if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
+        launch_state.notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use "
+                                  "the model")
+    if dry_run:
+        if output is None:
+            raise UsageError("--dry-run needs --output DIR", "add --output DIR")
+        written = dump_parts(parts, output)
+        if as_json:
+            click.echo(json.dumps({**launch_state.to_json(), "dry_run": True, "written": written}, indent=2))
+        else:
+            click.echo(render_group_text(launch_state))
+            click.echo(f"files for each host under {output}/<host>/ (manifest.json gives each file's path there)")
+        return
+    launch_state.staging = artifacts / f"staging-{name}-{os.getpid()}"
+    start_wait = start_timeout or max(r.record.timeout_start_s for r in parts)
+    run_group_launch(launch_state, inventory, artifacts_dir=artifacts, forks=forks, service_user=service_user,
+                     cluster_wait_s=cluster_wait_s, ready_wait_s=start_wait, on_event=progress)
+    if as_json:
+        click.echo(json.dumps(launch_state.to_json(), indent=2))
+    else:
+        click.echo(render_group_text(launch_state))
+    if not launch_state.ok:
+        ctx.exit(int(ExitCode.CHECKS_FAILED))

@@ -25,6 +25,10 @@ PLAN_FLAGS: list[Callable[[F], F]] = [
                  show_default=True),
     click.option("--quantization", help="Weights quantization as vllm-ascend names it (W8A8, W4A8, ...)."),
     click.option("--tp", "tp", type=click.IntRange(1, 128), help="Force the tensor-parallel size."),
+    click.option("--pp", "pp", type=click.IntRange(1, 128), help="Force the pipeline-parallel size."),
+    click.option("--multinode", type=click.Choice(["auto", "ray", "dp"]), default="auto", show_default=True,
+                 help="With --nodes > 1: ray (TP in a node x PP across nodes) or dp (vLLM's native data parallel, "
+                      "expert parallel for MoE); auto picks and explains."),
     click.option("--max-model-len", type=click.IntRange(16)),
     click.option("--block-size", type=click.IntRange(1, 1024)),
     click.option("--max-num-seqs", type=click.IntRange(1)),
@@ -43,22 +47,25 @@ def plan_flags(func: F) -> F:
     return func
 
 
-def make_plan_from_flags(settings: Any, flags: dict[str, Any]) -> Any:
-    """Build the planner inputs from the flags (the node for --hardware auto, the host for cpu) and plan."""
+def make_plan_from_flags(settings: Any, flags: dict[str, Any], target: Any = None) -> Any:
+    """Build the planner inputs from the flags (the node for --hardware auto, the host for cpu) and plan.
+    `target` replaces what --hardware would give (a serving group's hardware, read from its hosts)."""
     from npuops.plan.model import load_model
     from npuops.plan.planner import PlanOptions, Workload, make_plan
     from npuops.plan.target import cpu_target, parse_hardware_spec, target_from_node
 
     model = load_model(flags["model"], flags.get("quantization"))
     hardware = str(flags["hardware"]).strip()
-    if hardware.lower() == "cpu":
+    if target is not None:
+        pass
+    elif hardware.lower() == "cpu":
         from npuops.hardware.host import read_host_facts
         from npuops.hardware.probe import Probe
 
         # Only the host's RAM and CPUs matter here: no vendor tool needs to run.
         host = read_host_facts(Probe(settings))
         target = cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
-                            max(1, len(host.numa_nodes)))
+                            max(1, len(host.numa_nodes)), nodes=flags["nodes"])
     elif hardware.lower() == "auto":
         from npuops.hardware.node import discover_node
         from npuops.hardware.probe import Probe
@@ -80,6 +87,8 @@ def make_plan_from_flags(settings: Any, flags: dict[str, Any]) -> Any:
     dtype = flags.get("dtype")
     options = PlanOptions(
         tp=flags.get("tp"),
+        pp=flags.get("pp"),
+        multinode=flags.get("multinode") or "auto",
         max_model_len=flags.get("max_model_len"),
         block_size=flags.get("block_size"),
         max_num_seqs=flags.get("max_num_seqs"),

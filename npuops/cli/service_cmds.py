@@ -21,20 +21,70 @@ def _manager(settings: Any) -> Any:
     return service_manager(settings)
 
 
+def group_options(func: Any) -> Any:
+    """-i/--group: run the command on every host of a serving group (a multi-node instance)."""
+    for decorator in reversed([
+        click.option("-i", "--inventory", type=click.Path(path_type=Path),
+                     help="Ansible inventory: act on every host of --group (a multi-node instance)."),
+        click.option("--group", help="With -i: the serving group the instance was launched on."),
+        click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True,
+                     help="With -i: hosts at once."),
+        click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
+                     help="With -i: where to keep the Ansible runs' artifacts."),
+    ]):
+        func = decorator(func)
+    return func
+
+
+def _group_call(ctx: click.Context, name: str | None, inventory: Path | None, group: str | None,
+                artifacts: Path | None, as_json: bool) -> tuple[Any, Path, Any] | None:
+    """None for the local command; else (settings, artifacts dir, progress callback) for the group's."""
+    if inventory is None and group is None:
+        return None
+    if inventory is None or group is None:
+        raise UsageError("-i/--inventory and --group go together", "give both, or neither for this host")
+    if not name:
+        raise UsageError("a group needs the instance NAME", "add the NAME it was launched with")
+    from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+
+    settings = load_context_settings(ctx)
+    directory = artifacts or default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
+
+    def progress(event: PlaybookEvent) -> None:
+        if not as_json and event.kind in ("failed", "unreachable"):
+            click.echo(f"  {event.host}: {event.kind}: {event.message.splitlines()[0][:200] if event.message else ''}",
+                       err=True)
+
+    return settings, directory, progress
+
+
 @click.command()
 @click.argument("name", required=False)
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=0,
               help="Wait up to this many seconds until the instance is healthy (or has failed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@group_options
 @click.pass_context
-def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool) -> None:
+def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool, inventory: Path | None,
+           group: str | None, forks: int, artifacts: Path | None) -> None:
     """State, health, uptime and live engine figures of instance NAME (of every instance without NAME).
 
+    With -i INVENTORY --group GROUP: every host's part of a multi-node instance, the endpoint and the Ray nodes.
     Exit 0 when every instance shown is healthy, 1 otherwise.
     """
     from npuops.service.record import list_records, load_record
     from npuops.service.status import instance_status, render_status_text
 
+    grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
+    if grouped is not None:
+        from npuops.fleet.group_ops import render_group_status_text, status_group
+
+        assert inventory is not None and group is not None and name is not None
+        view = status_group(inventory, group, name, artifacts_dir=grouped[1], forks=forks, on_event=grouped[2])
+        click.echo(json.dumps(view, indent=2) if as_json else render_group_status_text(name, group, view))
+        if not view["ok"]:
+            raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+        return
     settings = load_context_settings(ctx)
     deadline = time.monotonic() + wait_s
     while True:
@@ -92,12 +142,32 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
 @click.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@group_options
 @click.pass_context
-def stop(ctx: click.Context, /, name: str, as_json: bool) -> None:
-    """Stop instance NAME gracefully (the engine finishes and frees its chips). It stays installed and enabled."""
+def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None, group: str | None, forks: int,
+         artifacts: Path | None) -> None:
+    """Stop instance NAME gracefully (the engine finishes and frees its chips). It stays installed and enabled.
+
+    With -i INVENTORY --group GROUP: the first host (the endpoint) first, then every other host's part."""
     from npuops.service.deploy import stop_foreground
     from npuops.service.record import MANAGER_SYSTEMD, load_record
 
+    grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
+    if grouped is not None:
+        from npuops.fleet.group_ops import stop_group
+
+        assert inventory is not None and group is not None
+        result = stop_group(inventory, group, name, artifacts_dir=grouped[1], forks=forks, on_event=grouped[2])
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+        else:
+            for host_name, done in result["stopped"].items():
+                answer = result["answers"].get(host_name) or {}
+                why = "" if done else f": {answer.get('message') or 'still running'}"
+                click.echo(f"{host_name}: {'stopped' if done else 'NOT stopped'}{why}")
+        if not result["ok"]:
+            raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+        return
     settings = load_context_settings(ctx)
     record = load_record(settings.state_dir, name)
     started = time.monotonic()
@@ -106,8 +176,10 @@ def stop(ctx: click.Context, /, name: str, as_json: bool) -> None:
         reason = manager.unavailable_reason()
         if reason:
             raise UsageError(f"cannot stop {record.unit}: {reason}", "stop it where it runs")
-        manager.stop(record.unit, timeout=record.stop_timeout_s + 30)
-        stopped = manager.state(record.unit).active_state in ("inactive", "failed")
+        # The engine before its Ray node (the units' start order, reversed).
+        for unit in reversed(record.units):
+            manager.stop(unit, timeout=record.stop_timeout_s + 30)
+        stopped = all(manager.state(unit).active_state in ("inactive", "failed") for unit in record.units)
     else:
         stopped = stop_foreground(record, record.stop_timeout_s + 10)
     seconds = time.monotonic() - started
@@ -124,18 +196,50 @@ def stop(ctx: click.Context, /, name: str, as_json: bool) -> None:
 @click.option("-n", "--lines", type=click.IntRange(1), default=100, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("--json", "as_json", is_flag=True, help="The last lines as one JSON document (no --follow).")
+@group_options
 @click.pass_context
-def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bool) -> None:
-    """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs)."""
+def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bool, inventory: Path | None,
+         group: str | None, forks: int, artifacts: Path | None) -> None:
+    """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs).
+
+    With -i INVENTORY --group GROUP: the last lines of every host's units (no --follow)."""
     from npuops.service.record import MANAGER_SYSTEMD, load_record
 
     if as_json and follow:
         raise UsageError("--json and --follow exclude each other", "use one of them")
+    grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
+    if grouped is not None:
+        if follow:
+            raise UsageError("--follow is for one host", "drop --follow with -i/--group")
+        from npuops.fleet.group_ops import logs_group
+
+        assert inventory is not None and group is not None
+        result = logs_group(inventory, group, name, lines, artifacts_dir=grouped[1], forks=forks,
+                            on_event=grouped[2])
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+        else:
+            for host_name, answer in result["hosts"].items():
+                click.echo(f"==> {host_name} <==")
+                body = (answer or {}).get("answer") or {}
+                for unit, unit_lines in (body.get("units") or {"": body.get("lines") or []}).items():
+                    if unit:
+                        click.echo(f"-- {unit}")
+                    for line in unit_lines:
+                        click.echo(line)
+                if not body:
+                    click.echo(f"(no log: {(answer or {}).get('message') or 'unreachable'})")
+        if not result["ok"]:
+            raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+        return
     settings = load_context_settings(ctx)
     record = load_record(settings.state_dir, name)
     if as_json:
         if record.manager == MANAGER_SYSTEMD:
-            text = _manager(settings).recent_log(record.unit, lines)
+            manager = _manager(settings)
+            units = {unit: manager.recent_log(unit, lines) for unit in record.units}
+            click.echo(json.dumps({"name": name, "lines": units.get(record.unit, []), "units": units}))
+            return
         else:
             try:
                 text = record.engine_log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]

@@ -111,6 +111,10 @@ class PlaybookEvent:
     stats: Mapping[str, HostStats] | None = None
     # The data of an `ansible.builtin.set_stats` task: {"data": {...}, "per_host": bool, "aggregate": bool}.
     set_stats: Mapping[str, Any] | None = None
+    # The controller's clock (epoch seconds) when a result's task began on the host and when the result came
+    # back (event_data start/end, else the event's `created`): the window a reading taken on the host falls in.
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 _RESULT_KINDS: Mapping[str, EventKind] = {
@@ -195,6 +199,17 @@ def _host_counts(data: Mapping[str, Any]) -> dict[str, HostStats]:
     }
 
 
+def _timestamp(value: Any) -> float | None:
+    """An ansible-runner ISO timestamp ("2026-11-29T11:09:42.387718+00:00") as epoch seconds, else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def parse_event(raw: Mapping[str, Any]) -> PlaybookEvent | None:
     """Turn one ansible-runner event dict into a PlaybookEvent, or None for events npuops ignores
     (starts, per-item results, verbose output). Pure and total: missing or odd fields give defaults."""
@@ -233,6 +248,8 @@ def parse_event(raw: Mapping[str, Any]) -> PlaybookEvent | None:
         rc=_int(res.get("rc")),
         diff=_diffs(res),
         set_stats=set_stats if isinstance(set_stats, Mapping) and kind in ("ok", "changed") else None,
+        started_at=_timestamp(data.get("start")),
+        ended_at=_timestamp(data.get("end")) or _timestamp(raw.get("created")),
     )
 
 

@@ -13,6 +13,7 @@ command                                parser                       result
 ``hccn_tool -i N -status -g``          :func:`parse_hccn_status`      :class:`HccnNetdevStatus`
 ``hccn_tool -i N -hw_stats -g``        :func:`parse_hccn_hw_stats`    :class:`HccnHwStats`
 ``hccn_tool -i N -lldp -g``            :func:`parse_hccn_lldp`        :class:`HccnLldp`
+``hccn_tool -i N -ping -g address A``  :func:`parse_hccn_ping`        :class:`HccnPing`
 =====================================  ===========================  ===================
 
 Text in, frozen dataclass out; the only exception raised is :class:`npuops.hardware.parsing.ParseError`.
@@ -29,6 +30,8 @@ from npuops.hardware.parsing import ParseError
 
 __all__ = [
     "NET_HEALTH_STATUSES",
+    "NO_NIC_FAMILIES",
+    "PING_FAILURE_MARKERS",
     "HccnHwStats",
     "HccnIp",
     "HccnLink",
@@ -38,6 +41,8 @@ __all__ = [
     "HccnLldpTlv",
     "HccnNetHealth",
     "HccnNetdevStatus",
+    "HccnPing",
+    "HccnPingReply",
     "HccnRoute",
     "HccnRouteTable",
     "parse_hccn_hw_stats",
@@ -46,6 +51,7 @@ __all__ = [
     "parse_hccn_link_stat",
     "parse_hccn_lldp",
     "parse_hccn_net_health",
+    "parse_hccn_ping",
     "parse_hccn_route",
     "parse_hccn_status",
 ]
@@ -67,6 +73,10 @@ NET_HEALTH_STATUSES = (
     "Thread error",
     "Detect ip set",
 )
+
+# Chip families whose chips carry no NPU NIC: the 300I Duo and other 310P inference cards talk over PCIe only, so
+# hccn_tool has nothing to ask them.
+NO_NIC_FAMILIES = frozenset({"310P"})
 
 # ----------------------------------------------------------------------------------------------------------------
 # Shared text handling
@@ -553,4 +563,118 @@ def parse_hccn_lldp(text: str) -> HccnLldp:
         max_frame_size=_int(frame[0]) if frame else None,
         tlvs=result,
         elided=elided,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# -ping -g address A
+# ----------------------------------------------------------------------------------------------------------------
+
+# What the NIC's ping prints when a probe fails. hccn_tool itself turns an output containing any of these into a
+# non-zero exit (its dsmi_ping_fun), and vendor docs name "recv time out seq" as the sign of two NICs that cannot
+# reach each other.
+PING_FAILURE_MARKERS = ("recv time out seq", "Destination Host Unreachable", "Message too long")
+
+_PING_HEADER_RE = re.compile(r"device\s+(?P<device>[0-9]{1,9})\s+PING6?\s+(?P<address>\S+)", re.IGNORECASE)
+# "recv seq=1,time=0.049000ms". A vendor doc prints one reply as "time-0.049000ms" and one sequence number as the
+# letter "O": the separators and the sequence are read loosely, the time strictly.
+_PING_REPLY_RE = re.compile(
+    r"recv\s+seq\s*[=:]\s*(?P<seq>\w+)\s*,\s*time\s*[=:-]\s*(?P<ms>[0-9]{1,9}(?:\.[0-9]{1,9})?)\s*ms", re.IGNORECASE
+)
+_PING_TIMEOUT_RE = re.compile(r"recv\s+time\s*out\s+seq\s*[=:]\s*(?P<seq>\w+)", re.IGNORECASE)
+_PING_SEND_FAIL_RE = re.compile(r"pkt\s+send\s+fail\s+seq\s*[=:]\s*(?P<seq>\w+)", re.IGNORECASE)
+_PING_SUMMARY_RE = re.compile(
+    r"(?P<sent>[0-9]{1,9})\s+packets?\s+transmitted\s*,\s*(?P<received>[0-9]{1,9})\s+(?:packets?\s+)?received"
+    r"\s*,\s*(?P<loss>[0-9]{1,3}(?:\.[0-9]{1,6})?)\s*%\s+packet\s+loss\b.*",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class HccnPingReply:
+    """One probe: ``recv seq=0,time=0.067000ms``, ``recv time out seq=0`` or ``pkt send fail seq:0``."""
+
+    seq: str  # as printed ("0"; kept as text because one vendor doc prints the letter "O")
+    outcome: str  # "reply", "timeout", "send-fail"
+    time_ms: float | None  # round trip of a reply
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome == "reply"
+
+
+@dataclass(frozen=True)
+class HccnPing:
+    """``device 0 PING 10.10.100.10`` / ``recv seq=0,time=0.067000ms`` ... /
+    ``3 packets transmitted, 3 received, 0.00% packet loss``: one NPU NIC pinging an address over RoCE."""
+
+    device_id: int | None  # from the "device N PING A" line, when printed
+    address: str | None
+    replies: tuple[HccnPingReply, ...]
+    transmitted: int
+    received: int
+    loss_percent: float
+    raw: tuple[str, ...]  # lines the parser does not know (e.g. "Destination Host Unreachable")
+
+    @property
+    def reachable(self) -> bool:
+        """At least one probe came back."""
+        return self.received > 0
+
+    @property
+    def lossless(self) -> bool:
+        return self.transmitted > 0 and self.received == self.transmitted
+
+
+def parse_hccn_ping(text: str) -> HccnPing:
+    """Parse the output of one ``hccn_tool -i N -ping -g address A``; the summary line is required, because it is
+    the verdict (several device blocks, as a shell loop over devices prints them, are refused)."""
+    what = "hccn_tool -ping -g"
+    device_id: int | None = None
+    address: str | None = None
+    replies: list[HccnPingReply] = []
+    summary: re.Match[str] | None = None
+    raw: list[str] = []
+    for line_no, line in _content(text, what):
+        header = _PING_HEADER_RE.fullmatch(line)
+        if header is not None:
+            if address is not None or summary is not None or replies:
+                raise ParseError(what, "more than one ping in the output (one command per device, please)",
+                                 line_no, line)
+            device_id = int(header.group("device"))
+            address = header.group("address")
+            continue
+        if summary is not None:
+            raise ParseError(what, "output after the 'packets transmitted' summary", line_no, line)
+        reply = _PING_REPLY_RE.fullmatch(line)
+        if reply is not None:
+            replies.append(HccnPingReply(reply.group("seq"), "reply", float(reply.group("ms"))))
+            continue
+        timeout = _PING_TIMEOUT_RE.fullmatch(line)
+        if timeout is not None:
+            replies.append(HccnPingReply(timeout.group("seq"), "timeout", None))
+            continue
+        send_fail = _PING_SEND_FAIL_RE.fullmatch(line)
+        if send_fail is not None:
+            replies.append(HccnPingReply(send_fail.group("seq"), "send-fail", None))
+            continue
+        match = _PING_SUMMARY_RE.fullmatch(line)
+        if match is not None:
+            summary = match
+            continue
+        raw.append(line)
+    if summary is None:
+        raise ParseError(what, "no 'N packets transmitted, M received, X% packet loss' line")
+    transmitted, received = int(summary.group("sent")), int(summary.group("received"))
+    loss = float(summary.group("loss"))
+    if received > transmitted or loss > 100:
+        raise ParseError(what, f"{received} received of {transmitted} transmitted ({loss}% loss) is impossible")
+    return HccnPing(
+        device_id=device_id,
+        address=address,
+        replies=tuple(replies),
+        transmitted=transmitted,
+        received=received,
+        loss_percent=loss,
+        raw=tuple(raw),
     )

@@ -1,10 +1,15 @@
-"""Host facts (CPU, NUMA, cpuset, memory, /dev/shm, OS, device nodes, PCI): pure parsers plus one reader."""
+"""Host facts (CPU, NUMA, cpuset, memory, /dev/shm, OS, device nodes, PCI, network interfaces): pure parsers plus
+one reader."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from npuops.hardware.chips import HUAWEI_PCI_VENDOR_ID, chip_catalog
 from npuops.hardware.parsing import ParseError
@@ -96,6 +101,66 @@ class PciDevice:
 
 
 @dataclass(frozen=True)
+class NetInterface:
+    """A network interface of the host (loopback excluded): what HCCL_IF_IP / GLOO_SOCKET_IFNAME can name."""
+
+    name: str
+    ipv4: tuple[str, ...]  # "10.1.2.3/24", in the order the kernel lists them
+    up: bool
+
+
+def _ipv4_with_prefix(address: str, netmask: str | None) -> str | None:
+    """An address and its netmask as "10.1.2.3/24"; the bare address when the netmask is unknown; None for
+    something that is not an IPv4 address."""
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        return None
+    if not netmask:
+        return str(ip)
+    try:
+        return str(ipaddress.IPv4Interface(f"{ip}/{netmask}"))
+    except ValueError:
+        return str(ip)
+
+
+def interfaces_from_psutil(addrs: Mapping[str, Iterable[Any]], stats: Mapping[str, Any]) -> tuple[NetInterface, ...]:
+    """Turn psutil.net_if_addrs() and psutil.net_if_stats() into NetInterfaces, loopback left out. Pure.
+
+    `addrs` maps a name to records with `family`, `address`, `netmask`; `stats` a name to records with `isup` and
+    (psutil >= 5.9.3) `flags`. An interface with addresses but no stats entry is reported down.
+    """
+    interfaces: list[NetInterface] = []
+    for name in sorted(set(addrs) | set(stats)):
+        ipv4: list[str] = []
+        for record in addrs.get(name, ()):
+            if getattr(record, "family", None) != socket.AF_INET:
+                continue
+            formatted = _ipv4_with_prefix(str(getattr(record, "address", "")), getattr(record, "netmask", None))
+            if formatted is not None:
+                ipv4.append(formatted)
+        stat = stats.get(name)
+        flags = str(getattr(stat, "flags", "") or "").split(",")
+        all_loopback = bool(ipv4) and all(ipaddress.IPv4Interface(a).ip.is_loopback for a in ipv4)
+        # psutil names the loopback flag where it can; "lo" and 127.0.0.0/8-only interfaces cover older psutil.
+        if "loopback" in flags or name == "lo" or all_loopback:
+            continue
+        interfaces.append(NetInterface(name=name, ipv4=tuple(ipv4), up=bool(getattr(stat, "isup", False))))
+    return tuple(interfaces)
+
+
+def read_net_interfaces() -> tuple[NetInterface, ...]:
+    """This machine's interfaces through psutil (getifaddrs, not files, so Settings.root does not apply); empty
+    when psutil cannot tell."""
+    try:
+        import psutil
+
+        return interfaces_from_psutil(psutil.net_if_addrs(), psutil.net_if_stats())
+    except Exception:  # noqa: BLE001 - host facts never raise; no interfaces is the honest answer
+        return ()
+
+
+@dataclass(frozen=True)
 class HostFacts:
     hostname: str | None
     cpu_model: str | None
@@ -112,6 +177,7 @@ class HostFacts:
     arch: str
     device_nodes: tuple[str, ...]  # names under /dev: davinciN and the control nodes present
     npu_pci_devices: tuple[PciDevice, ...]  # Huawei (0x19e5) PCI functions
+    interfaces: tuple[NetInterface, ...] = ()  # network interfaces except loopback
 
     @property
     def davinci_chips(self) -> tuple[int, ...]:
@@ -197,4 +263,5 @@ def read_host_facts(probe: Probe) -> HostFacts:
         arch=probe.machine(),
         device_nodes=device_nodes,
         npu_pci_devices=tuple(pci),
+        interfaces=read_net_interfaces(),
     )

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
 from npuops.hardware.chips import ChipSpec, chip_by_name
+from npuops.hardware.hccn import NO_NIC_FAMILIES, parse_hccn_ip
 from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.npu_smi import NpuSmiChip, NpuSmiFailed, NpuSmiProcess, parse_npu_smi_info
 from npuops.hardware.parsing import ParseError
@@ -62,6 +64,9 @@ class Chip:
 
     smi: NpuSmiChip
     spec: ChipSpec | None
+    # The IPv4 address of the chip's NPU NIC (`hccn_tool -i <device_id> -ip -g`); None when the chip has no NIC,
+    # hccn_tool is missing or hung, or its answer gave no usable address.
+    nic_ip: str | None = None
 
     @property
     def device_id(self) -> int:
@@ -72,6 +77,11 @@ class Chip:
     @property
     def family(self) -> str | None:
         return self.spec.family if self.spec else None
+
+    @property
+    def has_nic(self) -> bool:
+        """Whether the chip has an NPU NIC to ask hccn_tool about (a chip npuops does not know is asked)."""
+        return self.family not in NO_NIC_FAMILIES
 
     @property
     def device_memory_total_mb(self) -> int | None:
@@ -101,6 +111,8 @@ class Chip:
             "hbm_total_mb": s.hbm_total_mb,
             "hugepages_used": s.hugepages_used,
             "hugepages_total": s.hugepages_total,
+            "device_id": self.device_id,
+            "nic_ip": self.nic_ip,
         }
 
 
@@ -209,6 +221,7 @@ def _host_json(host: HostFacts) -> dict[str, Any]:
     data["device_nodes"] = list(host.device_nodes)
     data["davinci_chips"] = list(host.davinci_chips)
     data["npu_pci_devices"] = [dataclasses.asdict(d) for d in host.npu_pci_devices]
+    data["interfaces"] = [{"name": i.name, "ipv4": list(i.ipv4), "up": i.up} for i in host.interfaces]
     return data
 
 
@@ -346,16 +359,58 @@ def read_cann(probe: Probe) -> CannInstall:
     return CannInstall(toolkit, layout, kernels, nnal, toolbox, present)
 
 
+# `hccn_tool -ip -g` only reads the NIC's configuration; one that takes longer than this is hung, and the node model
+# (read at doctor level 1 and by `npuops node`) must not wait on it.
+NIC_IP_TIMEOUT_S = 5.0
+
+
+def interpret_hccn_ip(result: CommandResult) -> str | None:
+    """The NIC address from the result of `hccn_tool -i N -ip -g`, or None when there is none to trust (a failed
+    query, an unparseable answer, no address, or one that is not an IPv4 address, e.g. redacted). Pure."""
+    if not result.ok:
+        return None
+    try:
+        address = parse_hccn_ip(result.output).address
+    except ParseError:
+        return None
+    try:
+        return str(ipaddress.IPv4Address(address or ""))
+    except ValueError:
+        return None
+
+
+def read_nic_ips(probe: Probe, chips: tuple[Chip, ...]) -> tuple[Chip, ...]:
+    """The chips with their NPU NIC address filled in. One chip at a time (vendor docs warn that hccn_tool answers
+    "hccn_tool is busy, please try again" to concurrent callers), and none after a missing or hung hccn_tool, which
+    would only fail the same way for every chip."""
+    out: list[Chip] = []
+    stopped = False
+    for chip in chips:
+        if stopped or not chip.has_nic:
+            out.append(chip)
+            continue
+        result = probe.run(probe.settings.hccn_tool, "-i", str(chip.device_id), "-ip", "-g",
+                           timeout=min(NIC_IP_TIMEOUT_S, probe.settings.command_timeout_s))
+        stopped = result.missing or result.error is not None
+        out.append(dataclasses.replace(chip, nic_ip=interpret_hccn_ip(result)))
+    return tuple(out)
+
+
+def _read_npus(probe: Probe) -> tuple[NpuSmiStatus, tuple[Chip, ...], tuple[NpuSmiProcess, ...]]:
+    status, chips, processes = interpret_npu_smi(probe.run(probe.settings.npu_smi, "info"))
+    return status, read_nic_ips(probe, chips), processes
+
+
 def discover_node(probe: Probe) -> Node:
-    """Read everything about this node; the slow parts (npu-smi, the stack lookup) run concurrently."""
-    settings = probe.settings
+    """Read everything about this node; the slow parts (npu-smi then the NICs' addresses, the stack lookup, the
+    host) run concurrently."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        smi_future = pool.submit(probe.run, settings.npu_smi, "info")
+        npus_future = pool.submit(_read_npus, probe)
         stack_future = pool.submit(read_python_stack, probe)
         host_future = pool.submit(read_host_facts, probe)
         driver, firmware, install_path = read_driver(probe)
         cann = read_cann(probe)
-        status, chips, processes = interpret_npu_smi(smi_future.result())
+        status, chips, processes = npus_future.result()
         stack = stack_future.result()
         host = host_future.result()
     return Node(status, chips, processes, driver, firmware, install_path, cann, stack, host)

@@ -6,6 +6,7 @@ import json
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
@@ -25,6 +26,7 @@ from npuops.service.record import (
     MANAGER_FOREGROUND,
     MANAGER_SYSTEMD,
     RECORD_FILE,
+    ROLE_ENGINE,
     STATUS_FILE,
     InstanceRecord,
 )
@@ -62,6 +64,18 @@ class LaunchSpec:
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
 
 
+@dataclass(frozen=True)
+class InstanceExtras:
+    """What one host of a multi-node instance adds to the plan's files (npuops.launch.cluster renders these)."""
+
+    serve_args: tuple[str, ...] = ()  # per-node vllm serve flags: data-parallel ranks, --headless
+    environment: dict[str, str] = field(default_factory=dict)  # per-host: HCCL_IF_IP, *_SOCKET_IFNAME, RAY_ADDRESS
+    role: str = ROLE_ENGINE
+    cluster: dict[str, Any] = field(default_factory=dict)
+    requires_units: tuple[str, ...] = ()  # units the engine unit needs running first (the host's Ray node)
+    env_files: tuple[Path, ...] = ()  # read before the instance's own env file (the host's CANN environment)
+
+
 def read_api_key_file(path: Path) -> str:
     """An API key from a file only its owner can read (it must never reach a command line)."""
     try:
@@ -91,8 +105,11 @@ def _model_argument(plan: Plan) -> str:
     return str(Path(plan.model.path).resolve())
 
 
-def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
-    """Files for each replica of the plan: a vLLM config, an environment file and a systemd unit."""
+def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:
+    """Files for each replica of the plan: a vLLM config, an environment file and a systemd unit.
+
+    `extras` makes them one host's part of a multi-node instance (one replica: the plan is the cluster's)."""
+    extras = extras or InstanceExtras()
     validate_instance_name(spec.name)
     if not 1 <= spec.port <= 65535 or spec.port + len(plan.replicas) - 1 > 65535:
         raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
@@ -105,13 +122,14 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
         name = spec.name if count == 1 else f"{spec.name}-r{index}"
         port = spec.port + index
         instance_dir = spec.state_dir / name
-        options = {"host": spec.host, "port": port, **args_to_options(plan.vllm_args)}
+        options = {"host": spec.host, "port": port, **args_to_options([*plan.vllm_args, *extras.serve_args])}
 
         environment: dict[str, str] = {}
         environment.update(spec.ascend_env)
         environment.update(plan.env)
         if replica is not None and plan.target.kind == "npu":
             environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
+        environment.update(extras.environment)
         # A local model directory: never reach for a hub from a production node.
         environment["HF_HUB_OFFLINE"] = "1"
         if spec.api_key:
@@ -136,6 +154,7 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
             graph_mode=not bool(plan.config.get("enforce_eager", False)), api_key=bool(spec.api_key),
             dtype=str(plan.config.get("dtype") or ""),
             prediction=dict(plan.to_json().get("prediction") or {}),
+            role=extras.role, cluster=dict(extras.cluster),
         )
         npuops_state = ["--state-dir", str(spec.state_dir)]
         unit_vars = {
@@ -158,6 +177,8 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
             # ProtectHome=yes would hide a model kept under a home directory; read-only still protects it.
             "protect_home": "read-only" if model_arg.startswith(("/home/", "/root/", "/run/user/")) else "yes",
             "device_allow": device_allow,
+            "requires_units": list(extras.requires_units),
+            "extra_env_files": list(extras.env_files),
         }
         files: tuple[RenderedFile, ...] = (
             RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
@@ -168,6 +189,6 @@ def render_instances(plan: Plan, spec: LaunchSpec) -> list[InstanceFiles]:
         )
         if spec.manager == MANAGER_SYSTEMD:
             files += (RenderedFile(record.unit, render_template("vllm.service.j2", unit_vars), 0o644),)
-        instances.append(InstanceFiles(name, files, record.unit, record))
+        instances.append(InstanceFiles(name, files, record.unit, record, environment))
     return instances
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +117,7 @@ class InstanceFiles:
     files: tuple[RenderedFile, ...]
     unit_name: str
     record: InstanceRecord
+    environment: dict[str, str] = field(default_factory=dict)  # what the env file holds (it may hold the API key)
 
     def file(self, name: str) -> RenderedFile:
         for f in self.files:

@@ -76,6 +76,16 @@ def weights_per_device(total_weight_bytes: int, arch: ModelArch, tp: int, pp: in
     return int(per_device)
 
 
+def weights_per_device_ep(
+    total_weight_bytes: int, arch: ModelArch, tp: int, ep: int, weight_dtype_bytes: float, expert_fraction: float
+) -> int:
+    """Weight bytes on one device with expert parallel: the routed experts spread whole over `ep` devices, the
+    rest (attention, dense layers, shared experts, embeddings) split over TP and replicated on every DP rank."""
+    experts = total_weight_bytes * expert_fraction
+    rest = int(total_weight_bytes - experts)
+    return int(weights_per_device(rest, arch, tp, 1, weight_dtype_bytes) + experts / max(1, ep))
+
+
 def activation_peak_bytes(
     arch: ModelArch, max_num_batched_tokens: int, max_num_seqs: int, tp: int, act_dtype_bytes: float, c: MemoryConstants
 ) -> int:

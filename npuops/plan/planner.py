@@ -3,8 +3,8 @@
 The planner is pure: a ModelSpec, a HardwareTarget, a Workload and the user's PlanOptions in, a Plan out.
 Where a value differs from the seed document's advice (TP=8, block 32, max_num_batched_tokens 4096,
 max_model_len 2048, float16, one OpenMP/OpenBLAS thread) the explanation says which and why.
-Multi-node serving (issue 8) plugs in at `_parallel_candidates` / `_layout`: today several nodes only add
-pipeline stages (Ray); data parallel with expert parallel across nodes is later work.
+With several nodes, `_plan_cluster` spreads the plan over them (npuops.plan.cluster): Ray TP x PP when one
+instance needs more than a node, vLLM's native data parallel (with expert parallel for MoE) otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npuops.errors import BadInputError
+from npuops.plan.cluster import ClusterPlan, check_strategy, hccl_buffsize_for_ep, routed_expert_fraction
 from npuops.plan.constants import MemoryConstants, memory_constants
 from npuops.plan.environment import (
     HCCL_DEFAULT_BUFFSIZE_MB,
@@ -35,6 +36,7 @@ from npuops.plan.memory import (
     max_concurrency,
     runtime_overhead_bytes,
     weights_per_device,
+    weights_per_device_ep,
 )
 from npuops.plan.model import (
     QUANTIZATION_FLAGS,
@@ -93,6 +95,7 @@ class PlanOptions:
     vllm_ascend_version: str | None = None
     enforce_eager: bool = False
     kv_cache_memory_bytes: int | None = None
+    multinode: str = "auto"  # with nodes > 1: "ray", "dp" or "auto" (cluster.py)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class Plan:
     warnings: tuple[str, ...]
     replicas: tuple[Replica, ...]
     vllm_args: tuple[str, ...]
+    cluster: ClusterPlan | None = None
 
     def explanation(self, key: str) -> Explanation:
         for item in self.explanations:
@@ -235,6 +239,7 @@ class Plan:
             "warnings": list(self.warnings),
             "replicas": [r.as_dict() for r in self.replicas],
             "vllm_args": list(self.vllm_args),
+            "cluster": self.cluster.as_dict() if self.cluster else None,
         }
 
 
@@ -263,6 +268,11 @@ class _Notes:
     warnings: list[str] = field(default_factory=list)
 
     def explain(self, key: str, value: Any, why: str, seed: str | None = None) -> None:
+        """Explain a value; a later decision about the same key replaces the earlier one in place."""
+        for i, item in enumerate(self.explanations):
+            if item.key == key:
+                self.explanations[i] = Explanation(key, value, why, seed)
+                return
         self.explanations.append(Explanation(key, value, why, seed))
 
     def warn(self, text: str) -> None:
@@ -455,9 +465,18 @@ class _Layout:
 
 def _parallel_candidates(arch: ModelArch, target: HardwareTarget, options: PlanOptions) -> list[_Layout]:
     if target.kind == "cpu":
-        if (options.tp or 1) != 1 or (options.pp or 1) != 1:
-            raise BadInputError("the CPU plan runs one engine process", "drop --tp/--pp with --hardware cpu")
-        return [_Layout(1, 1)]
+        if (options.tp or 1) != 1:
+            raise BadInputError("the CPU engine runs without tensor parallel", "drop --tp with --hardware cpu")
+        if target.nodes == 1:
+            if (options.pp or 1) != 1:
+                raise BadInputError("the CPU plan runs one engine process", "drop --pp with --hardware cpu")
+            return [_Layout(1, 1)]
+        # CPU hosts: one engine process per host, as pipeline stages (ray) or data-parallel ranks.
+        pp = options.pp or target.nodes
+        if pp > target.nodes or pp > arch.num_layers:
+            raise BadInputError(f"--pp {pp} with {target.nodes} CPU hosts",
+                                f"use at most {min(target.nodes, arch.num_layers)}")
+        return [_Layout(1, 1), _Layout(1, pp)] if pp > 1 else [_Layout(1, 1)]
     per_node = target.devices_per_node
     tps = valid_tp_sizes(arch, per_node)
     if options.tp is not None:
@@ -748,6 +767,21 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         arch, weight_bytes, act_bytes, block, utilization, batched, seq_cap, mode != "eager", moe_ep, cpu_kv
     )
     candidates = _parallel_candidates(arch, target, options)
+    strategy = check_strategy(options.multinode)
+    if strategy != "auto" and target.nodes == 1:
+        raise BadInputError(f"--multinode {strategy} plans for several nodes", "add --nodes N (N > 1), or drop it")
+    if strategy == "ray":
+        spanning = [lay for lay in candidates if lay.chips > target.devices_per_node]
+        if not spanning:
+            raise BadInputError(
+                f"--multinode ray: no TP x PP split of {arch.num_layers} layers spans "
+                f"{target.nodes} nodes of {target.devices_per_node} devices",
+                "use --multinode dp, or fewer --nodes")
+        candidates = spanning
+    elif (strategy == "dp" and not (arch.is_moe and target.kind == "npu")) or target.kind == "cpu":
+        # Native data parallel: every rank holds the whole model, so no rank spans nodes. (MoE ranks share the
+        # experts instead: _plan_cluster sizes that, whatever single-instance layouts fit.)
+        candidates = [lay for lay in candidates if lay.chips <= target.devices_per_node]
     # Expert parallel only makes sense with more than one device holding experts.
     evaluated: list[_Evaluated] = []
     required = _round_up(need, block)
@@ -763,8 +797,12 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         raise _does_not_fit(model, target, workload, sizing, candidates, max(required, options.max_model_len or 0), c)
 
     chosen = _choose_layout(model, target, workload, sizing, evaluated, mode, seq_cap, need, block)
+    cluster: ClusterPlan | None = None
+    if target.nodes > 1:
+        chosen, cluster = _plan_cluster(model, target, workload, sizing, chosen, strategy, options, mode, need,
+                                        max(required, options.max_model_len or 0), c, notes)
     layout, budget = chosen.layout, chosen.budget
-    moe_ep = moe_ep and layout.chips > 1
+    moe_ep = (moe_ep and layout.chips > 1) or (cluster is not None and cluster.expert_parallel)
 
     # max_model_len must leave KV room for at least one full-length request (vLLM checks at start-up).
     if options.max_model_len is None and budget.kv_cache_tokens < wanted_len:
@@ -804,15 +842,28 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         )
 
     capture = _capture_sizes(max_num_seqs) if mode != "eager" else ()
-    settings = _environment(target, release, layout, moe_ep, chosen.replicas, notes)
-    replicas = _replica_layout(target, layout, chosen.replicas)
+    settings = _environment(target, release, layout, moe_ep, 1 if cluster else chosen.replicas, notes,
+                            collective=layout.chips > 1 or cluster is not None)
+    # A cluster is one instance: every node gives it all its planned devices.
+    replicas = (Replica(0, 0, target.device_ids if target.kind == "npu" else ()),) if cluster else (
+        _replica_layout(target, layout, chosen.replicas))
     env = {e.name: e.value for e in settings}
     if len(replicas) == 1 and target.kind == "npu":
         env["ASCEND_RT_VISIBLE_DEVICES"] = replicas[0].visible_devices
+    if moe_ep and target.kind == "npu":
+        # The memory budget above assumed the flat 1024 MB; the kernels' own formula usually needs less.
+        buffer = hccl_buffsize_for_ep(arch, cluster.ep_size if cluster else layout.tp, max_num_seqs)
+        if cluster is not None:
+            cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
+        env["HCCL_BUFFSIZE"] = str(buffer.mb)
+        notes.explain("env.HCCL_BUFFSIZE", buffer.mb, buffer.why + f" ({max_num_seqs} sequences per rank per step)",
+                      f"the usual advice is a flat {MOE_EP_HCCL_BUFFSIZE_MB}: sized from the model and batch instead")
 
     prediction = predict(_perf_inputs(model, target, workload, sizing, chosen, mode, max_num_seqs))
 
     _explain_parallelism(model, target, workload, sizing, chosen, notes)
+    if cluster is not None:
+        _explain_cluster_parallelism(model, cluster, budget, notes)
     _explain_lengths(arch, target, workload, max_model_len, batched, options, need, notes)
     notes.explain("max_num_seqs", max_num_seqs, seqs_why)
     _explain_memory(target, budget, kv_conc, need, notes)
@@ -839,12 +890,19 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
             else None
         ),
         "graph_mode": mode,
-        "distributed_executor_backend": "ray" if layout.chips > target.devices_per_node else None,
+        "distributed_executor_backend": "ray" if (cluster.strategy == "ray" if cluster else
+                                                  layout.chips > target.devices_per_node) else None,
+        "data_parallel_size_local": cluster.dp_local if cluster else None,
+        "multinode": cluster.strategy if cluster else None,
         "trust_remote_code": "ChatGLMModel" in arch.architectures,
         "served_model_name": model.served_name,
         "vllm_ascend_version": release if target.kind == "npu" else None,
-        "replica_mode": "independent instances" if chosen.replicas > 1 else "single instance",
+        "replica_mode": (f"one endpoint over {cluster.nodes} nodes" if cluster else
+                         "independent instances" if chosen.replicas > 1 else "single instance"),
     }
+    if cluster is not None:
+        config["data_parallel_size"] = cluster.dp
+        config["enable_expert_parallel"] = cluster.expert_parallel
     if model.quantization and target.kind == "npu":
         notes.explain(
             "quantization",
@@ -852,11 +910,8 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
             f"{model.quantization} weights (from {model.quantization_source or 'the checkpoint'}) "
             "are served through vllm-ascend's ModelSlim loader, --quantization ascend",
         )
-    if target.nodes > 1 and layout.chips > target.devices_per_node:
-        notes.warn(
-            f"the plan spans {layout.chips // target.devices_per_node} nodes with pipeline parallel over Ray; "
-            "every node needs HCCL_IF_IP and the *_SOCKET_IFNAME variables (multi-node launch is later work)"
-        )
+    if cluster is not None and cluster.nodes < target.nodes:
+        notes.warn(f"the plan uses {cluster.nodes} of the {target.nodes} nodes; launch another group on the rest")
     if not model.weights_present and model.path is not None:
         notes.warn(f"weights are not downloaded in {model.path}; the plan uses the architecture's size")
     if workload.request_rate is not None and prediction.saturated:
@@ -877,7 +932,122 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         warnings=tuple(notes.warnings),
         replicas=replicas,
         vllm_args=tuple(_vllm_args(model, target, config)),
+        cluster=cluster,
     )
+
+
+def _dp_ep_budget(target: HardwareTarget, s: _Sizing, tp: int, c: MemoryConstants, expert_fraction: float
+                  ) -> MemoryBudget:
+    """One device's budget when every device of the cluster is one expert-parallel rank and TP=tp inside a node."""
+    arch = s.arch
+    ep = target.total_devices
+    weights = weights_per_device_ep(s.weight_bytes, arch, tp, ep, s.act_bytes, expert_fraction)
+    per_token = kv_bytes_per_token(arch, s.act_bytes, tp, 1)
+    device = target.memory_bytes_per_device
+    usable = int(device * c.visible_fraction.get(target.family, 1.0) * s.utilization)
+    activation = activation_peak_bytes(arch, s.max_num_batched_tokens, s.seq_cap, tp, s.act_bytes, c)
+    graph = graph_reserve_bytes(_capture_sizes(s.seq_cap), c) if s.graph else 0
+    # Sized for the largest batch the rank may run; the final value follows the chosen max_num_seqs.
+    buff = hccl_buffsize_for_ep(arch, ep, s.seq_cap).mb
+    runtime = runtime_overhead_bytes(max(2, tp), buff, c, kind=target.kind)  # the all-to-all always communicates
+    kv_budget = usable - weights - activation - graph - runtime
+    tokens = kv_cache_tokens(kv_budget, arch, s.block_size, s.act_bytes, tp, 1)
+    return MemoryBudget(device, usable, weights, activation, graph, runtime, kv_budget, per_token, tokens)
+
+
+def _plan_cluster(
+    model: ModelSpec,
+    target: HardwareTarget,
+    workload: Workload,
+    s: _Sizing,
+    chosen: _Evaluated,
+    strategy: str,
+    options: PlanOptions,
+    mode: str,
+    need: int,
+    required: int,
+    c: MemoryConstants,
+    notes: _Notes,
+) -> tuple[_Evaluated, ClusterPlan]:
+    """Spread the plan over the target's nodes: Ray TP x PP when one instance needs more than a node, native data
+    parallel (expert parallel for MoE) otherwise; the why names the alternative and why it lost."""
+    arch = model.arch
+    per_node = target.devices_per_node
+    layout = chosen.layout
+    npu = target.kind == "npu"
+    weights = _gb(s.weight_bytes)
+    if arch.is_moe and npu and strategy != "ray":
+        # Expert parallel first for MoE: experts stay whole, and no token waits for pipeline stages on other nodes.
+        rejected = ["ray (TP x PP across nodes): for MoE, data + expert parallel spreads the experts whole and "
+                    "keeps every rank busy, where pipeline stages across nodes add bubbles and inter-node hops"]
+        fraction = routed_expert_fraction(count_parameters(arch).total, arch)
+        tps = [tp for tp in valid_tp_sizes(arch, per_node) if per_node % tp == 0]
+        if options.tp is not None:
+            tps = [tp for tp in tps if tp == options.tp]
+        fitting = []
+        for tp in tps:
+            budget = _dp_ep_budget(target, s, tp, c, fraction)
+            if budget.kv_cache_tokens >= required:
+                fitting.append(_Evaluated(_Layout(tp, 1), budget, target.total_devices // tp))
+        if fitting:
+            ev = _choose_layout(model, target, workload, s, fitting, mode, s.seq_cap, need, s.block_size)
+            tp = ev.layout.tp
+            dp = target.total_devices // tp
+            why = (
+                f"MoE over {target.nodes} nodes: data parallel {dp} x TP {tp} with expert parallel over all "
+                f"{target.total_devices} devices: the {arch.num_experts} routed experts ({fraction:.0%} of the "
+                f"weights) spread whole, {math.ceil(arch.num_experts / target.total_devices)} per device, and "
+                f"attention is split by TP={tp} inside a node, {_gb(ev.budget.weights_bytes)} of weights per "
+                "device; vLLM's native --data-parallel-* engine with --headless followers, no Ray"
+            )
+            notes.explain("multinode", "dp", f"{why}; not {rejected[0]}")
+            return ev, ClusterPlan("dp", target.nodes, per_node, tp, 1, dp, per_node // tp, True, None, why,
+                                   tuple(rejected))
+        if strategy == "dp":
+            raise BadInputError(
+                f"--multinode dp: {model.served_name} does not fit {target.label} as data + expert parallel "
+                "with KV room for one request",
+                "use --multinode ray, more --nodes, or a quantization")
+    if layout.chips > per_node:
+        nodes_used = layout.chips // per_node
+        why = (
+            f"{weights} of weights need {layout.chips} devices, more than one node's {per_node}: TP={layout.tp} inside "
+            f"each node keeps the per-layer all-reduces on the node's own links and PP={layout.pp} stages over "
+            f"{nodes_used} nodes pass only activations between nodes; Ray places the workers and the head's vllm serve "
+            "drives them"
+            if npu else
+            f"one engine process per CPU host: {layout.pp} pipeline stages over {nodes_used} hosts, placed by Ray"
+        )
+        rejected = []
+        if arch.is_moe and npu:
+            rejected.append("dp (data + expert parallel): asked for ray" if strategy == "ray" else
+                            "dp (data + expert parallel): no TP inside a node leaves KV room with experts spread "
+                            f"over {target.total_devices} devices")
+        elif strategy != "ray":
+            rejected.append("dp (data parallel): every rank would need the whole model, which does not fit a node")
+        else:
+            rejected.append("dp: asked for ray")
+        cluster = ClusterPlan("ray", nodes_used, per_node, layout.tp, layout.pp, 1, 1, arch.is_moe and npu, None,
+                              why, tuple(rejected))
+        notes.explain("multinode", "ray", f"{why}; not {rejected[0]}")
+        return replace(chosen, replicas=1), cluster
+
+    rejected = ["ray (TP x PP across nodes): asked for dp" if strategy == "dp" else
+                f"ray (TP x PP across nodes): the model fits {layout.chips} device(s), so pipeline stages across "
+                "nodes would only add bubbles and inter-node hops"]
+    ranks_per_node = max(1, per_node // layout.chips)
+    dp = ranks_per_node * target.nodes
+    why = (
+        f"{weights} of weights fit {layout.chips} device(s): {dp} independent engine ranks ({ranks_per_node} per "
+        f"node, TP={layout.tp}) behind one endpoint with vLLM's native data parallel; the leader's API server "
+        "spreads requests and the other nodes run --headless"
+        if npu else
+        f"one engine per CPU host: {dp} data-parallel ranks behind the leader's endpoint"
+    )
+    notes.explain("multinode", "dp", f"{why}; not {rejected[0]}")
+    return (replace(chosen, replicas=dp),
+            ClusterPlan("dp", target.nodes, per_node, layout.tp, layout.pp, dp, ranks_per_node, False, None, why,
+                        tuple(rejected)))
 
 
 def _choose_layout(
@@ -913,7 +1083,8 @@ def _choose_layout(
 
 
 def _environment(
-    target: HardwareTarget, release: str, layout: _Layout, moe_ep: bool, replicas: int, notes: _Notes
+    target: HardwareTarget, release: str, layout: _Layout, moe_ep: bool, replicas: int, notes: _Notes,
+    *, collective: bool,
 ) -> list[EnvSetting]:
     if target.kind == "cpu":
         notes.explain(
@@ -925,7 +1096,7 @@ def _environment(
             "crippling on the CPU engine",
         )
         return []
-    settings = environment_for(release, collective=layout.chips > 1, moe_ep=moe_ep, devices=None)
+    settings = environment_for(release, collective=collective, moe_ep=moe_ep, devices=None)
     for setting in settings:
         notes.explain(f"env.{setting.name}", setting.value, setting.why, setting.seed)
     mask_why = (
@@ -1024,6 +1195,36 @@ def _explain_parallelism(
             f"{arch.num_experts} experts spread whole over the {layout.chips} devices instead of slicing each "
             f"expert; HCCL_BUFFSIZE={MOE_EP_HCCL_BUFFSIZE_MB} for the all-to-all",
         )
+
+
+def _explain_cluster_parallelism(model: ModelSpec, cluster: ClusterPlan, budget: MemoryBudget, notes: _Notes) -> None:
+    """A cluster's parallel sizes explained as one instance over its nodes (replacing the single-node wording)."""
+    arch = model.arch
+    per_device = _gb(budget.weights_bytes)
+    if cluster.strategy == "ray":
+        notes.explain("tensor_parallel_size", cluster.tp,
+                      f"TP inside each node over its {cluster.devices_per_node} devices: the all-reduces twice per "
+                      f"layer stay on the node's own links; {per_device} of weights per device")
+        notes.explain("pipeline_parallel_size", cluster.pp,
+                      f"{cluster.pp} stages over {cluster.nodes} nodes (Ray): only activations cross between nodes")
+        notes.explain("data_parallel_size", 1, "one instance over the cluster")
+    else:
+        notes.explain("tensor_parallel_size", cluster.tp,
+                      f"TP {cluster.tp} inside each data-parallel rank"
+                      + (" (attention and the dense layers; the experts are spread by expert parallel)"
+                         if cluster.expert_parallel else "")
+                      + f": {per_device} of weights per device")
+        notes.explain("data_parallel_size", cluster.dp,
+                      f"{cluster.dp} data-parallel ranks, {cluster.dp_local} per node, behind the leader's one "
+                      "endpoint (vLLM's --data-parallel-*; followers --headless)"
+                      + (": the ranks run the expert layers together (all-to-all every MoE layer)"
+                         if cluster.expert_parallel else ": independent engines, no collectives between them"))
+    if cluster.expert_parallel:
+        buffer = cluster.hccl_buffsize_mb or MOE_EP_HCCL_BUFFSIZE_MB
+        notes.explain("enable_expert_parallel", True,
+                      f"the {arch.num_experts} routed experts spread whole over the {cluster.ep_size} devices of the "
+                      f"expert-parallel group instead of slicing each expert; HCCL_BUFFSIZE={buffer} for the "
+                      "all-to-all")
 
 
 def _explain_lengths(

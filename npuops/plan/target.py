@@ -158,6 +158,7 @@ def cpu_target(
     cpu_count: int,
     numa_nodes: int = 1,
     *,
+    nodes: int = 1,
     memory_bandwidth_bytes_per_s: float | None = None,
     flops_per_s: float | None = None,
 ) -> HardwareTarget:
@@ -171,12 +172,15 @@ def cpu_target(
         kind="cpu",
         chip=None,
         devices_per_node=1,
-        nodes=1,
+        # Several CPU hosts: each runs one engine process (a pipeline stage or a data-parallel rank); the
+        # multi-node launch path runs for real on CPU hosts this way.
+        nodes=nodes,
         device_ids=(0,),
         memory_bytes_per_device=total_ram_bytes // numa_nodes,
         bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
         flops_per_s=flops_per_s,
-        label=f"cpu ({cpu_count} CPUs, {total_ram_bytes / 2**30:.0f} GiB RAM, {numa_nodes} NUMA)",
+        label=f"cpu ({cpu_count} CPUs, {total_ram_bytes / 2**30:.0f} GiB RAM, {numa_nodes} NUMA)"
+        + (f" x {nodes} hosts" if nodes > 1 else ""),
         cpu_count=cpu_count,
         numa_nodes=numa_nodes,
         total_ram_bytes=total_ram_bytes,

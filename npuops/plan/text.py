@@ -35,6 +35,20 @@ def render_plan_text(plan: Plan) -> str:
         out.append(f"\nReplicas: {len(data['replicas'])} independent instances")
         for r in data["replicas"]:
             out.append(f"  replica {r['index']} (node {r['node']}): ASCEND_RT_VISIBLE_DEVICES={r['visible_devices']}")
+    cluster = data.get("cluster")
+    if cluster:
+        out.append(f"\nMulti-node: {cluster['strategy']} over {cluster['nodes']} nodes "
+                   f"(TP {cluster['tensor_parallel_size']}, PP {cluster['pipeline_parallel_size']}, "
+                   f"DP {cluster['data_parallel_size']}"
+                   + (f", EP {cluster['expert_parallel_size']}" if cluster["expert_parallel"] else "") + ")")
+        out.append(f"  why: {cluster['why']}")
+        for alternative in cluster["rejected"]:
+            out.append(f"  not {alternative}")
+        for node in cluster["node_roles"]:
+            start = f", data-parallel ranks from {node['dp_start_rank']}" if "dp_start_rank" in node else ""
+            out.append(f"  node {node['rank']}: {node['role']}{start}")
+        out.append("  each node also gets HCCL_IF_IP, GLOO/TP/HCCL_SOCKET_IFNAME from its own interface at launch "
+                   "(`npuops launch -i INVENTORY --group GROUP`)")
     m = data["memory"]
     out.append("\nMemory per device:")
     out.append(f"  device {human_bytes(m['device_bytes'])}, usable {human_bytes(m['usable_bytes'])}: "

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import CheckOutcome, Result, Severity, Status
@@ -21,6 +23,7 @@ from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
 from npuops.service.deploy import port_taken
 from npuops.service.endpoint import client_host
+from npuops.service.ray_cluster import probe_ray_cluster
 from npuops.service.record import InstanceRecord
 from npuops.settings import Settings
 
@@ -113,6 +116,39 @@ def check_port_free(record: InstanceRecord) -> CheckOutcome:
         port=record.port), started)
 
 
+# How long the start gate of a Ray head's engine waits for every node to join before refusing: a worker
+# booting a little later than the head is normal.
+RAY_JOIN_WAIT_S = 120.0
+_RAY_POLL_S = 3.0
+
+
+def check_ray_cluster(record: InstanceRecord, *, wait_s: float = RAY_JOIN_WAIT_S,
+                      probe: Callable[[Mapping[str, Any]], dict[str, Any]] = probe_ray_cluster) -> CheckOutcome:
+    """A Ray head's engine starts only once every host of the group has a live Ray node: vLLM would otherwise
+    wait for its placement group and then fail with a resource error that names no host."""
+    started = time.monotonic()
+    title = "Every host of the group has joined the Ray cluster."
+    state: dict[str, Any] = {}
+    while True:
+        state = probe(record.cluster)
+        if state.get("complete") or time.monotonic() - started >= wait_s:
+            break
+        time.sleep(_RAY_POLL_S)
+    if state.get("complete"):
+        return _outcome("ray-cluster", title, Severity.CRITICAL, Result.passed(
+            f"{state['nodes']}/{state['expected']} Ray nodes alive ({', '.join(state['alive'])})"), started)
+    missing = ", ".join(state.get("missing") or []) or "?"
+    error = state.get("error")
+    ray_unit = record.ray_unit or "the Ray unit"
+    return _outcome("ray-cluster", title, Severity.CRITICAL, Result.fail(
+        (f"the Ray cluster cannot be asked: {error}" if error else
+         f"after {wait_s:.0f} s, no live Ray node on {missing}"),
+        f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
+        f"{record.cluster.get('ray_address')} (`npuops doctor -i INVENTORY --group {record.cluster.get('group')}` "
+        "checks the network between the hosts)", missing=state.get("missing"), address=state.get("address")),
+        started)
+
+
 def gate_settings(settings: Settings, record: InstanceRecord) -> Settings:
     """The stack checks look at the interpreter beside the instance's vllm, not at npuops' own."""
     exe = record.vllm_command[0]
@@ -135,7 +171,11 @@ def run_gate(record: InstanceRecord, settings: Settings) -> GateReport:
     )
     context = CheckContext(Probe(gate_settings(settings, record)), options)
     report = run_checks(checks, context)
-    own = (check_engine_executable(record), check_model_directory(record), check_port_free(record))
+    own: tuple[CheckOutcome, ...] = (check_engine_executable(record), check_model_directory(record))
+    if record.serves_api:
+        own += (check_port_free(record),)
+    if record.cluster.get("strategy") == "ray" and record.runs_engine:
+        own += (check_ray_cluster(record),)
     return GateReport(own + report.outcomes, time.monotonic() - started)
 
 

@@ -25,6 +25,14 @@ ENGINE_LOG_FILE = "engine.log"
 MANAGER_SYSTEMD = "systemd"
 MANAGER_FOREGROUND = "foreground"
 
+# What an instance runs on its host. A single-node instance, a Ray head and a data-parallel leader are
+# "engine": vllm serve with its API. A data-parallel follower is "headless": engine ranks without an API.
+# A Ray worker host runs only Ray ("ray-worker"): its unit is the Ray node, the head's engine drives it.
+ROLE_ENGINE = "engine"
+ROLE_HEADLESS = "headless"
+ROLE_RAY_WORKER = "ray-worker"
+ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER)
+
 
 @dataclass(frozen=True)
 class InstanceRecord:
@@ -49,6 +57,10 @@ class InstanceRecord:
     api_key: bool = False  # whether the env file carries VLLM_API_KEY (the key itself is never here)
     dtype: str = ""  # the dtype the engine serves in (the plan's)
     prediction: dict[str, Any] = field(default_factory=dict)
+    role: str = ROLE_ENGINE
+    # Multi-node instances: {"group", "strategy", "rank", "nodes": [{"name", "address", "role"}...],
+    # "ray_unit", "ray_address", "ray_command", "expected_nodes"}; empty for a single-node instance.
+    cluster: dict[str, Any] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -67,6 +79,28 @@ class InstanceRecord:
     @property
     def engine_log(self) -> Path:
         return Path(self.status_file).parent / ENGINE_LOG_FILE
+
+    @property
+    def serves_api(self) -> bool:
+        """Whether this host's part answers HTTP (/health, /v1): single instances, Ray heads, DP leaders."""
+        return self.role == ROLE_ENGINE
+
+    @property
+    def runs_engine(self) -> bool:
+        return self.role in (ROLE_ENGINE, ROLE_HEADLESS)
+
+    @property
+    def ray_unit(self) -> str | None:
+        unit = self.cluster.get("ray_unit")
+        return str(unit) if unit else None
+
+    @property
+    def units(self) -> list[str]:
+        """This host's units of the instance, in start order (Ray before the engine)."""
+        units = [self.ray_unit] if self.ray_unit else []
+        if self.runs_engine:
+            units.append(self.unit)
+        return units
 
     @property
     def engine_argv(self) -> list[str]:
@@ -89,6 +123,10 @@ class InstanceRecord:
             values["devices"] = tuple(int(d) for d in values.get("devices", ()))
             values["vllm_command"] = tuple(str(a) for a in values["vllm_command"])
             values["port"] = int(values["port"])
+            if values.get("role", ROLE_ENGINE) not in ROLES:
+                raise ValueError(f"role {values['role']!r} is not one of {', '.join(ROLES)}")
+            if not isinstance(values.get("cluster", {}), dict):
+                raise TypeError("cluster must be an object")
             return cls(**values)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where} is not an npuops instance record ({exc})",

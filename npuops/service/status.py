@@ -9,6 +9,7 @@ from typing import Any
 from npuops.service.deploy import pid_alive
 from npuops.service.endpoint import base_url, engine_figures, health_ok, http_request, parse_prometheus
 from npuops.service.manager import SystemdManager
+from npuops.service.ray_cluster import probe_ray_cluster
 from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, read_status
 
 
@@ -52,7 +53,12 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
     if record.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
         unit = manager.state(record.unit).to_json()
     supervisor = read_status(record)
-    healthy = health_ok(url, timeout=3.0)
+    if record.serves_api:
+        healthy = health_ok(url, timeout=3.0)
+    else:
+        # A Ray worker or a headless engine answers no HTTP: its unit running (and, for an engine, its
+        # supervisor seeing the process) is its health; the group's health is the first host's endpoint.
+        healthy = unit is not None and unit.get("active_state") == "active"
     status: dict[str, Any] = {
         "name": record.name, "manager": record.manager, "unit": record.unit if record.manager == MANAGER_SYSTEMD
         else None, "url": url, "model": record.served_model_name, "devices": list(record.devices),
@@ -68,7 +74,10 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         healthy_at = supervisor.get("healthy_at")
         if healthy and isinstance(healthy_at, (int, float)) and not exit_info:
             status["uptime_s"] = round(time.time() - healthy_at, 1)
-    if healthy:
+    if record.cluster:
+        status["cluster"] = cluster_status(record)
+        status["role"] = record.role
+    if healthy and record.serves_api:
         first = http_request(url + "/metrics", timeout=5.0)
         if first is not None and first[0] == 200:
             before = parse_prometheus(first[1].decode("utf-8", "replace"))
@@ -79,6 +88,16 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
                 status["metrics"] = engine_figures(now, before, metrics_interval_s)
     status["state"] = summarize(record, unit, supervisor, healthy)
     return status
+
+
+def cluster_status(record: InstanceRecord) -> dict[str, Any]:
+    """This host's part of a multi-node instance and, under Ray, which hosts' nodes are alive."""
+    cluster = record.cluster
+    out: dict[str, Any] = {key: cluster.get(key) for key in ("group", "strategy", "rank", "role", "endpoint_host")}
+    out["nodes"] = [dict(n) for n in cluster.get("nodes") or []]
+    if cluster.get("strategy") == "ray":
+        out["ray"] = probe_ray_cluster(cluster)
+    return out
 
 
 def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
@@ -116,6 +135,19 @@ def render_status_text(status: dict[str, Any]) -> str:
             q = metrics[key]
             lines.append(f"  {label:<9} p50 {_fmt(q['p50'], 1000, ' ms')}, p90 {_fmt(q['p90'], 1000, ' ms')}, "
                          f"p99 {_fmt(q['p99'], 1000, ' ms')}")
+    cluster = status.get("cluster")
+    if cluster:
+        lines.append(f"  cluster   {cluster['strategy']} group {cluster['group']}: this host is {cluster['role']} "
+                     f"(rank {cluster['rank']}), endpoint on {cluster['endpoint_host']}")
+        ray = cluster.get("ray")
+        if ray:
+            if ray.get("error"):
+                lines.append(f"  ray       {ray['error']}")
+            else:
+                missing = ", ".join(ray["missing"])
+                lines.append(f"  ray       {ray['nodes']}/{ray['expected']} nodes alive"
+                             + (f"; missing: {missing}" if missing else "")
+                             + (f" (lost: {', '.join(ray['lost'])})" if ray["lost"] else ""))
     diagnosis = status.get("diagnosis")
     if diagnosis:
         exit_info = status.get("exit") or {}

@@ -32,6 +32,7 @@ from npuops.service.diagnosis import Diagnosis, diagnose
 from npuops.service.endpoint import base_url, health_ok
 from npuops.service.engine_log import Stage, kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
+from npuops.service.ray_cluster import probe_ray_cluster
 from npuops.service.record import InstanceRecord, write_status
 
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
@@ -57,6 +58,11 @@ class SupervisorOptions:
     on_stage: Callable[[Stage, str, float], None] | None = None
     # Called once when the engine first answers /health (launch --foreground sends its first request there).
     on_ready: Callable[[], None] | None = None
+    # A Ray head's engine also asks the cluster, at most this often, whether every host's node is alive.
+    cluster_interval_s: float = 30.0
+    cluster_probe: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # A headless engine (data-parallel follower) answers no HTTP: it counts as up once it has run this long.
+    headless_settle_s: float = 5.0
 
 
 @dataclass
@@ -108,6 +114,8 @@ class Supervisor:
         self._reader: threading.Thread | None = None
         self._log_file: IO[str] | None = None
         self._started = time.monotonic()
+        self._cluster_checked = -1e9
+        self._cluster_problem = ""
         self._state: dict[str, Any] = {
             "name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": None,
             "stages": [], "started_at": time.time(), "healthy_at": None, "last_health_at": None,
@@ -280,7 +288,7 @@ class Supervisor:
                 self._stop.wait(self.options.poll_interval_s)
                 continue
             last_probe = now
-            healthy = health_ok(self.url, timeout=self.options.health_timeout_s)
+            healthy, problem = self._probe(ready)
             now = time.monotonic()
             if healthy:
                 last_healthy = now
@@ -294,18 +302,41 @@ class Supervisor:
                     if self.options.on_ready is not None:
                         self.options.on_ready()
                 elif self._state["stage"] == Stage.UNHEALTHY.value:
-                    self._set_stage(Stage.HEALTHY, "answers /health again")
+                    self._set_stage(Stage.HEALTHY, "answers /health again" if self.record.serves_api else
+                                    "the cluster is whole again")
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
             elif ready:
                 if self._state["stage"] != Stage.UNHEALTHY.value:
-                    self._set_stage(Stage.UNHEALTHY, "/health stopped answering; watchdog pings withheld")
+                    self._set_stage(Stage.UNHEALTHY, f"{problem}; watchdog pings withheld")
                 if own_hang_timeout is not None and now - last_healthy > own_hang_timeout:
                     return self._finish(self._hung(f"/health did not answer for {own_hang_timeout:.0f} s"))
             elif self._elapsed() > self.record.timeout_start_s:
                 return self._finish(self._start_timed_out())
             self._stop.wait(self.options.poll_interval_s)
+
+    def _probe(self, ready: bool) -> tuple[bool, str]:
+        """Is the instance's part up: /health for one that serves the API, the process for a headless engine;
+        plus, for a Ray head once serving, every host's Ray node alive (a lost worker is a broken instance)."""
+        if not self.record.serves_api:
+            up = self._elapsed() >= self.options.headless_settle_s
+            return up, "the headless engine is starting"
+        if not health_ok(self.url, timeout=self.options.health_timeout_s):
+            return False, "/health stopped answering"
+        if ready and self.record.cluster.get("strategy") == "ray":
+            now = time.monotonic()
+            if now - self._cluster_checked >= self.options.cluster_interval_s or self._cluster_problem:
+                self._cluster_checked = now
+                probe = self.options.cluster_probe or probe_ray_cluster
+                state = probe(self.record.cluster)
+                self._state["cluster"] = {k: state.get(k) for k in ("complete", "alive", "missing", "lost", "error")}
+                self._cluster_problem = "" if state.get("complete") else (
+                    f"Ray node(s) lost on {', '.join(state.get('missing') or [])}" if not state.get("error")
+                    else f"the Ray cluster cannot be asked ({state['error']})")
+            if self._cluster_problem:
+                return False, self._cluster_problem
+        return True, ""
 
     def _drain_stage_events(self, ready: bool) -> None:
         while True:

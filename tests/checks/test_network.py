@@ -6,17 +6,32 @@ derived from a real capture by changing only the value in question.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from npuops.checks.network import HccnIpConfigured, HccnLinkUp, HccnNetHealthy
-from npuops.doctor.context import CheckContext, DoctorOptions
+from npuops.checks.network import (
+    HccnIpConfigured,
+    HccnLinkUp,
+    HccnNetHealthy,
+    HostPeerReach,
+    NpuPeerPing,
+    TcpReach,
+    classify_connect_error,
+    judge_ping,
+    tcp_reach,
+)
+from npuops.doctor.context import CheckContext, DoctorOptions, PeerGroup, PeerHost, parse_peers
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
-from npuops.hardware.probe import Probe
+from npuops.hardware.host import NetInterface, read_net_interfaces
+from npuops.hardware.probe import RC_TIMEOUT, CommandResult, Probe
 from npuops.settings import Settings
 from tests.conftest import REPO, FakeRunner, capture
 
@@ -172,3 +187,307 @@ def test_network_checks_on_this_machine_never_error() -> None:
         assert outcome.result.status is not Status.ERROR, outcome
     if not ctx.node.has_npus:
         assert {o.result.status for o in report.outcomes} == {Status.SKIP}
+
+
+# --- npu-peer-ping --------------------------------------------------------------------------------------------------
+
+PING_OK = "hccn_tool-ping_910b1_1.txt"  # 3/3 replies
+PING_OK_DOC = "hccn_tool-ping_doc_1.txt"  # 3/3 replies
+PING_LOSS = "hccn_tool-ping_loss_doc_1.txt"  # 2/3 replies
+
+
+def ping_key(device: int, address: str) -> tuple[str, ...]:
+    return ("hccn_tool", "-i", str(device), "-ping", "-g", "address", address)
+
+
+def no_reply() -> str:
+    """Derived from a real capture: every probe timed out (the vendor's "recv time out seq" line) and the summary
+    counts none back."""
+    text = capture(PING_OK)
+    for seq, ms in (("0", "1.418000"), ("1", "0.034000"), ("2", "0.040000")):
+        text = derived(text, f"recv seq={seq},time={ms}ms", f"recv time out seq={seq}")
+    return derived(text, "3 received, 0.00% packet loss", "0 received, 100.00% packet loss")
+
+
+def peer(name: str, devices: dict[int, str], address: str = "10.213.0.12") -> PeerHost:
+    return PeerHost(name=name, address=address, npu_ips=devices)
+
+
+NODE_B = peer("node-b", {d: f"29.1.112.{210 + d}" for d in range(4, 8)})
+NODE_C = peer("node-c", {d: f"29.1.113.{210 + d}" for d in range(4, 8)}, address="10.213.0.13")
+
+
+def peers_context(root: Path, answers: Answers, group: PeerGroup | None, smi: str = B2C,
+                  devices: tuple[int, ...] | None = None) -> CheckContext:
+    return context(root, answers, smi=smi, options=DoctorOptions(peers=group, devices=devices))
+
+
+def ping_calls(ctx: CheckContext) -> list[tuple[str, ...]]:
+    runner = ctx.probe.runner
+    assert isinstance(runner, FakeRunner)
+    return [c for c in runner.calls if c[:1] == ("hccn_tool",) and "-ping" in c]
+
+
+@pytest.mark.parametrize("check", [NpuPeerPing, HostPeerReach])
+@pytest.mark.parametrize("group", [None, PeerGroup(peers=())])
+def test_peer_checks_skip_without_peers_saying_how_to_give_them(fake_root: Path, check: type[Check],
+                                                                group: PeerGroup | None) -> None:
+    ctx = peers_context(fake_root, {("hccn_tool",): (0, capture(PING_OK), "")}, group)
+    result = run(check, ctx)
+    assert result.status is Status.SKIP and "--peers" in result.message
+    assert "--peers" in (result.remediation or "") and "single-node" in (result.remediation or "")
+    assert not ping_calls(ctx)
+
+
+def test_peer_ping_every_pair_reachable(fake_root: Path) -> None:
+    answers = {ping_key(d, ip): (0, capture(PING_OK if d % 2 else PING_OK_DOC), "")
+               for p in (NODE_B, NODE_C) for d, ip in p.npu_ips.items()}
+    ctx = peers_context(fake_root, answers, PeerGroup(peers=(NODE_B, NODE_C)))
+    result = run(NpuPeerPing, ctx)
+    assert result.status is Status.PASS, result
+    assert result.message.startswith("8 NPU NIC pair(s) reach each other")
+    assert {p["verdict"] for p in result.evidence["pairs"]} == {"reachable"}
+    # Same device index on each side, one ping at a time, in device then peer order.
+    assert ping_calls(ctx) == [ping_key(d, p.npu_ips[d]) for d in range(4, 8) for p in (NODE_B, NODE_C)]
+
+
+def test_peer_ping_unreachable_pair_fails_naming_host_device_and_address(fake_root: Path) -> None:
+    answers = {ping_key(d, ip): (0, capture(PING_OK), "") for d, ip in NODE_B.npu_ips.items()}
+    answers[ping_key(5, NODE_B.npu_ips[5])] = (100, no_reply(), "")
+    answers[ping_key(6, NODE_B.npu_ips[6])] = (100, capture(PING_LOSS), "")
+    result = run(NpuPeerPing, peers_context(fake_root, answers, PeerGroup(peers=(NODE_B,))))
+    assert result.status is Status.FAIL
+    assert "node-b device 5 (29.1.112.215): 0/3 replies, 100% loss" in result.message
+    assert "with loss: node-b device 6 (29.1.112.216): 2/3 replies, 33.33% loss" in result.message
+    remediation = result.remediation or ""
+    assert "hccn_tool -i 5 -ip -g" in remediation and "-route -g" in remediation and "/etc/hccn.conf" in remediation
+    verdicts = {p["device"]: p["verdict"] for p in result.evidence["pairs"]}
+    assert verdicts == {4: "reachable", 5: "unreachable", 6: "lossy", 7: "reachable"}
+
+
+def test_peer_ping_loss_alone_warns(fake_root: Path) -> None:
+    answers = {ping_key(d, ip): (0, capture(PING_LOSS if d == 7 else PING_OK), "")
+               for d, ip in NODE_B.npu_ips.items()}
+    result = run(NpuPeerPing, peers_context(fake_root, answers, PeerGroup(peers=(NODE_B,))))
+    assert result.status is Status.WARN and "packets lost: node-b device 7" in result.message
+    assert "-link_stat -g" in (result.remediation or "")
+
+
+@pytest.mark.parametrize(
+    ("rc", "output", "verdict"),
+    [
+        # hccn_tool's own failure text without a summary line (the loss doc's first line): unreachable.
+        (100, "device 4 PING 29.1.112.214\nrecv time out seq=0\n", "unreachable"),
+        # A failure npuops cannot read: no verdict on the link, a warning.
+        (1, "hccn_tool: device 4 is not ready\n", "unreadable"),
+        (0, "", "unreadable"),
+    ],
+)
+def test_judge_ping_without_a_summary(rc: int, output: str, verdict: str) -> None:
+    judged, detail, ping = judge_ping(CommandResult(ping_key(4, "29.1.112.214"), rc, output, "", 0.0))
+    assert (judged, ping) == (verdict, None) and detail
+
+
+def test_judge_ping_timeout_is_unreadable() -> None:
+    result = CommandResult(ping_key(4, "29.1.112.214"), RC_TIMEOUT, "", "", 15.0, "timed out after 15 s")
+    assert judge_ping(result)[:2] == ("unreadable", "`hccn_tool -i 4 -ping -g address 29.1.112.214`: timed out "
+                                                    "after 15 s")
+
+
+def test_peer_ping_unreadable_warns(fake_root: Path) -> None:
+    answers = {ping_key(d, ip): (0, capture(PING_OK), "") for d, ip in NODE_B.npu_ips.items()}
+    answers[ping_key(4, NODE_B.npu_ips[4])] = (1, "hccn_tool: device 4 is not ready\n", "")
+    result = run(NpuPeerPing, peers_context(fake_root, answers, PeerGroup(peers=(NODE_B,))))
+    assert result.status is Status.WARN and "could not ping: node-b device 4" in result.message
+
+
+def test_peer_without_a_nic_address_for_a_device_is_reported_not_pinged(fake_root: Path) -> None:
+    partial = peer("node-d", {4: "29.1.114.214", 5: "29.1.114.215"})
+    answers = {ping_key(d, ip): (0, capture(PING_OK), "") for d, ip in partial.npu_ips.items()}
+    ctx = peers_context(fake_root, answers, PeerGroup(peers=(partial,)))
+    result = run(NpuPeerPing, ctx)
+    assert result.status is Status.WARN
+    assert "not tested, no NPU NIC address given: node-d device 6, node-d device 7" in result.message
+    assert "nic_ip" in (result.remediation or "")
+    assert ping_calls(ctx) == [ping_key(4, "29.1.114.214"), ping_key(5, "29.1.114.215")]
+
+
+def test_peer_with_no_nic_addresses_at_all_skips(fake_root: Path) -> None:
+    # A peer whose node model had "nic_ip": null everywhere: --peers keeps the peer, without addresses.
+    group = parse_peers('[{"name": "node-e", "address": "10.213.0.14", "npu_ips": {"4": null, "5": null}}]')
+    ctx = peers_context(fake_root, {("hccn_tool",): (0, capture(PING_OK), "")}, group)
+    result = run(NpuPeerPing, ctx)
+    assert result.status is Status.SKIP and "no peer gave an NPU NIC address" in result.message
+    assert "node-e device 4" in result.message and not ping_calls(ctx)
+
+
+def test_peer_ping_skips_without_hccn_tool_310p_and_npus(fake_root: Path) -> None:
+    group = PeerGroup(peers=(NODE_B,))
+    missing = run(NpuPeerPing, peers_context(fake_root, {}, group))
+    assert missing.status is Status.SKIP and "not installed" in missing.message
+    ctx = peers_context(fake_root, {("hccn_tool",): (0, capture(PING_OK), "")}, group,
+                        smi="npu-smi-info_310p3-300iduo_1.txt")
+    duo = run(NpuPeerPing, ctx)
+    assert duo.status is Status.SKIP and "310P" in duo.message and not ping_calls(ctx)
+    no_npu = run(NpuPeerPing, peers_context(fake_root, {}, group, smi="npu-smi-info_error-8005_container_1.txt"))
+    assert no_npu.status is Status.SKIP and "-8005" in no_npu.message
+
+
+def test_peer_ping_only_for_the_devices_the_launch_uses(fake_root: Path) -> None:
+    answers = {ping_key(d, ip): (0, capture(PING_OK), "") for d, ip in NODE_B.npu_ips.items()}
+    ctx = peers_context(fake_root, answers, PeerGroup(peers=(NODE_B,)), devices=(6,))
+    assert run(NpuPeerPing, ctx).status is Status.PASS
+    assert ping_calls(ctx) == [ping_key(6, NODE_B.npu_ips[6])]
+
+
+# --- host-peer-reach ------------------------------------------------------------------------------------------------
+
+Connect = Callable[[str | None, str, int, float], TcpReach]
+
+
+def with_connect(fake: Connect) -> type[HostPeerReach]:
+    class FakeConnect(HostPeerReach):
+        connect = staticmethod(fake)
+
+    return FakeConnect
+
+
+def recording(outcomes: dict[str, TcpReach], calls: list[tuple[str | None, str, int, float]]) -> Connect:
+    def fake(source: str | None, address: str, port: int, timeout: float) -> TcpReach:
+        calls.append((source, address, port, timeout))
+        return outcomes[address]
+
+    return fake
+
+
+def with_interfaces(ctx: CheckContext, *interfaces: NetInterface) -> CheckContext:
+    node = ctx.node
+    ctx._node = dataclasses.replace(node, host=dataclasses.replace(node.host, interfaces=interfaces))
+    return ctx
+
+
+def test_host_reach_pass_when_every_peer_answers(fake_root: Path) -> None:
+    calls: list[tuple[str | None, str, int, float]] = []
+    fake = recording({"10.213.0.12": TcpReach("connected", "connected", "10.213.0.11"),
+                      "10.213.0.13": TcpReach("refused", "the host answered (connection refused)", "10.213.0.11")},
+                     calls)
+    group = PeerGroup(peers=(NODE_B, dataclasses.replace(NODE_C, port=2222)))
+    result = run(with_connect(fake), peers_context(fake_root, {}, group))
+    assert result.status is Status.PASS
+    assert "node-b (connected), node-c (port closed, host up)" in result.message
+    assert sorted(calls) == [(None, "10.213.0.12", 22, 2.0), (None, "10.213.0.13", 2222, 2.0)]
+    assert result.evidence["peers"]["node-c"]["outcome"] == "refused"
+
+
+def test_host_reach_fails_naming_each_peer_that_does_not_answer(fake_root: Path) -> None:
+    fake = recording({"10.213.0.12": TcpReach("timeout", "no answer in 2 s", "10.213.0.11"),
+                      "10.213.0.13": TcpReach("unreachable", "no route to host", "10.213.0.11")}, [])
+    ctx = with_interfaces(peers_context(fake_root, {}, PeerGroup(peers=(NODE_B, NODE_C), ifname="enp189s0f0")),
+                          NetInterface("enp189s0f0", ("10.213.0.11/24",), True))
+    result = run(with_connect(fake), ctx)
+    assert result.status is Status.FAIL
+    assert result.message == ("peer host(s) not reachable from enp189s0f0 (10.213.0.11): node-b 10.213.0.12:22: no "
+                              "answer in 2 s; node-c 10.213.0.13:22: no route to host")
+    remediation = result.remediation or ""
+    assert "ip route get 10.213.0.12 from 10.213.0.11" in remediation and "GLOO_SOCKET_IFNAME" in remediation
+
+
+def test_host_reach_sends_from_the_named_interface(fake_root: Path) -> None:
+    calls: list[tuple[str | None, str, int, float]] = []
+    fake = recording({"10.213.0.12": TcpReach("connected", "connected", "192.168.7.3")}, calls)
+    ctx = with_interfaces(peers_context(fake_root, {}, PeerGroup(peers=(NODE_B,), ifname="bond0")),
+                          NetInterface("eth0", ("10.0.0.2/24",), True),
+                          NetInterface("bond0", ("192.168.7.3/16", "192.168.8.3/16"), True))
+    result = run(with_connect(fake), ctx)
+    assert result.status is Status.PASS and "from bond0 (192.168.7.3)" in result.message
+    assert calls == [("192.168.7.3", "10.213.0.12", 22, 2.0)]
+
+
+@pytest.mark.parametrize(
+    ("interfaces", "problem"),
+    [
+        ((NetInterface("eth0", ("10.0.0.2/24",), True),), "no interface 'bond0' on this host"),
+        ((NetInterface("bond0", ("10.0.0.2/24",), False),), "interface bond0 is down"),
+        ((NetInterface("bond0", (), True),), "interface bond0 has no IPv4 address"),
+    ],
+)
+def test_host_reach_fails_when_the_named_interface_cannot_be_used(fake_root: Path,
+                                                                  interfaces: tuple[NetInterface, ...],
+                                                                  problem: str) -> None:
+    calls: list[tuple[str | None, str, int, float]] = []
+    ctx = with_interfaces(peers_context(fake_root, {}, PeerGroup(peers=(NODE_B,), ifname="bond0")), *interfaces)
+    result = run(with_connect(recording({}, calls)), ctx)
+    assert result.status is Status.FAIL and result.message == problem
+    assert "ip -br addr" in (result.remediation or "") and not calls
+
+
+@pytest.mark.parametrize(
+    ("exc", "outcome"),
+    [
+        (OSError(errno.ECONNREFUSED, "Connection refused"), "refused"),
+        (OSError(errno.ECONNRESET, "Connection reset by peer"), "refused"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "unreachable"),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), "unreachable"),
+        (TimeoutError("timed out"), "timeout"),
+        (OSError(errno.ETIMEDOUT, "Connection timed out"), "timeout"),
+        (socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "error"),
+        (OSError(errno.EACCES, "Permission denied"), "error"),
+    ],
+)
+def test_classify_connect_error(exc: OSError, outcome: str) -> None:
+    classified, detail = classify_connect_error(exc)
+    assert classified == outcome and detail
+    assert TcpReach(classified, detail).reachable is (outcome == "refused")
+
+
+# Real sockets, on this machine only: nothing is sent anywhere else.
+
+
+def test_tcp_reach_real_sockets_on_loopback() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        connected = tcp_reach(None, "127.0.0.1", port, 2.0)
+        assert connected.outcome == "connected" and connected.reachable
+        assert connected.local_address == "127.0.0.1"
+        from_source = tcp_reach("127.0.0.1", "127.0.0.1", port, 2.0)
+        assert from_source.outcome == "connected"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+        closed.bind(("127.0.0.1", 0))
+        free_port = closed.getsockname()[1]  # bound, never listening: the kernel answers a connect with a reset
+        refused = tcp_reach(None, "127.0.0.1", free_port, 2.0)
+    assert refused.outcome == "refused" and refused.reachable
+
+
+def test_tcp_reach_from_an_address_this_machine_does_not_have() -> None:
+    nonlocal_bind = Path("/proc/sys/net/ipv4/ip_nonlocal_bind")
+    if nonlocal_bind.exists() and nonlocal_bind.read_text().strip() != "0":
+        pytest.skip("net.ipv4.ip_nonlocal_bind is on: binding to a foreign address would succeed")
+    foreign = "198.51.100.77"  # TEST-NET-2 (RFC 5737): documentation only
+    assert not any(a.split("/")[0] == foreign for i in read_net_interfaces() for a in i.ipv4)
+    # The bind fails before any packet exists; the destination is this machine anyway.
+    reach = tcp_reach(foreign, "127.0.0.1", 9, 2.0)
+    assert reach.outcome == "local-address" and not reach.reachable
+    assert foreign in reach.detail
+
+
+def test_host_reach_end_to_end_with_real_sockets(fake_root: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        group = parse_peers(f'[{{"name": "self", "address": "127.0.0.1", "port": {port}}}]')
+        result = run(HostPeerReach, peers_context(fake_root, {}, group))
+    assert result.status is Status.PASS and "self (connected)" in result.message
+
+
+def test_peer_checks_are_discovered_with_pages() -> None:
+    found = {c.id: c for c in discover_checks()}
+    assert (found["npu-peer-ping"].area, found["npu-peer-ping"].level, found["npu-peer-ping"].requires) == (
+        "network", 2, ("hccn_tool",))
+    assert (found["host-peer-reach"].area, found["host-peer-reach"].level) == ("network", 2)
+    for check_id in ("npu-peer-ping", "host-peer-reach"):
+        assert found[check_id].severity.value == "high"
+        page = (REPO / "checks" / "docs" / f"{check_id}.md").read_text(encoding="utf-8")
+        assert page.startswith(f"# {check_id}: ")

@@ -18,6 +18,7 @@ from npuops.hardware.hccn import (
     parse_hccn_link_stat,
     parse_hccn_lldp,
     parse_hccn_net_health,
+    parse_hccn_ping,
     parse_hccn_route,
     parse_hccn_status,
 )
@@ -277,6 +278,75 @@ def test_lldp_content_before_header_is_an_error() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# -ping -g address A
+# ---------------------------------------------------------------------------------------------------------------
+
+# Every ping capture with what it must parse to: (device, address, outcomes of the probes, transmitted, received,
+# loss %, round trips of the replies).
+PING_CAPTURES = {
+    "hccn_tool-ping_doc_1.txt": (0, "10.10.100.10", ("reply", "reply", "reply"), 3, 3, 0.0, (0.067, 0.049, 0.047)),
+    "hccn_tool-ping_loss_doc_1.txt": (None, None, ("timeout", "reply", "reply"), 3, 2, 33.33, (0.097, 0.066)),
+    "hccn_tool-ping_910b1_1.txt": (3, "29.1.137.205", ("reply", "reply", "reply"), 3, 3, 0.0, (1.418, 0.034, 0.04)),
+}
+
+
+def test_every_ping_capture_has_an_expectation() -> None:
+    assert {p.name for p in ASCEND_FIXTURES.glob("hccn_tool-ping*.txt")} == set(PING_CAPTURES)
+
+
+@pytest.mark.parametrize("name", sorted(PING_CAPTURES))
+def test_ping_captures(name: str) -> None:
+    device, address, outcomes, sent, received, loss, times = PING_CAPTURES[name]
+    ping = parse_hccn_ping(capture(name))
+    assert (ping.device_id, ping.address) == (device, address)
+    assert tuple(r.outcome for r in ping.replies) == outcomes
+    assert tuple(r.time_ms for r in ping.replies if r.answered) == pytest.approx(times)
+    assert (ping.transmitted, ping.received, ping.loss_percent) == (sent, received, loss)
+    assert ping.reachable is (received > 0)
+    assert ping.lossless is (received == sent)
+    assert ping.raw == ()
+
+
+def test_ping_loss_doc_keeps_the_sequence_as_printed() -> None:
+    ping = parse_hccn_ping(capture("hccn_tool-ping_loss_doc_1.txt"))
+    assert [r.seq for r in ping.replies] == ["O", "1", "2"]  # the doc's letter O, not a zero
+
+
+def test_ping_total_loss_and_unknown_lines() -> None:
+    """Derived from the 910B1 capture: every probe timed out (the vendor's "recv time out seq" line, as in the loss
+    doc) and the summary says so; a line npuops does not know is kept, not dropped."""
+    text = capture("hccn_tool-ping_910b1_1.txt")
+    for seq, ms in (("0", "1.418000"), ("1", "0.034000"), ("2", "0.040000")):
+        text = text.replace(f"recv seq={seq},time={ms}ms", f"recv time out seq={seq}")
+    text = text.replace("3 received, 0.00% packet loss", "0 received, 100.00% packet loss")
+    text = text.replace("recv time out seq=1", "Destination Host Unreachable\nrecv time out seq=1")
+    ping = parse_hccn_ping(text)
+    assert (ping.transmitted, ping.received, ping.loss_percent) == (3, 0, 100.0)
+    assert not ping.reachable and not ping.lossless
+    assert [r.outcome for r in ping.replies] == ["timeout"] * 3
+    assert ping.raw == ("Destination Host Unreachable",)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("device 0 PING 10.10.100.10\nrecv seq=0,time=0.067000ms\n", "no 'N packets transmitted"),
+        ("3 packets transmitted, 4 received, 0.00% packet loss\n", "is impossible"),
+        ("3 packets transmitted, 3 received, 0.00% packet loss\nrecv seq=0,time=0.1ms\n", "after the"),
+        (capture("hccn_tool-ping_doc_1.txt") + capture("hccn_tool-ping_910b1_1.txt"), "more than one ping"),
+    ],
+)
+def test_ping_malformed(text: str, problem: str) -> None:
+    with pytest.raises(ParseError, match=problem):
+        parse_hccn_ping(text)
+
+
+def test_ping_is_not_the_ip_query() -> None:
+    with pytest.raises(ParseError, match="packets transmitted"):
+        parse_hccn_ping(capture("hccn_tool-ip_910b_1.txt"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Garbage and fuzzing
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -289,6 +359,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "status": parse_hccn_status,
     "hw_stats": parse_hccn_hw_stats,
     "lldp": parse_hccn_lldp,
+    "ping": parse_hccn_ping,
 }
 
 

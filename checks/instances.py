@@ -1,0 +1,65 @@
+"""Instances: the vLLM services `npuops launch` put on this node are running and whole.
+
+For a multi-node instance this is where the fleet doctor learns which node is missing: the head's report names
+the hosts whose Ray node is gone, and a worker's report says its own Ray unit is down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npuops.doctor.context import CheckContext
+from npuops.doctor.model import Check, Result, Severity
+
+
+def _problem(status: dict[str, Any]) -> str | None:
+    """What is wrong with one instance's part here, or None. Pure."""
+    name = status["name"]
+    state = str(status.get("state") or "")
+    diagnosis = status.get("diagnosis") or {}
+    if state == "failed":
+        cause = f": [{diagnosis.get('id')}] {diagnosis.get('cause')}" if diagnosis else ""
+        return f"{name} failed{cause}"
+    ray = (status.get("cluster") or {}).get("ray") or {}
+    if ray.get("error"):
+        return f"{name}: {ray['error']}"
+    if ray and ray.get("missing"):
+        return f"{name}: no live Ray node on {', '.join(ray['missing'])}"
+    if state == "unhealthy":
+        return f"{name} runs but does not answer /health"
+    return None
+
+
+class InstancesHealthy(Check):
+    """The vLLM instances launched on this node are running, and a multi-node instance has all its nodes."""
+
+    id = "instances-healthy"
+    area = "service"
+    severity = Severity.HIGH
+    level = 2
+
+    def run(self, ctx: CheckContext) -> Result:
+        from npuops.service.manager import service_manager
+        from npuops.service.record import list_records
+        from npuops.service.status import instance_status
+
+        settings = ctx.settings
+        records = list_records(settings.state_dir)
+        if not records:
+            return Result.skip(f"no instance launched here ({settings.state_dir} has none)",
+                               "nothing to check until `npuops launch` installs one")
+        manager = service_manager(settings)
+        statuses = [instance_status(r, manager, metrics_interval_s=0) for r in records]
+        states = {s["name"]: s["state"] for s in statuses}
+        problems = [p for s in statuses if (p := _problem(s))]
+        if problems:
+            return Result.fail("; ".join(problems),
+                               "see `npuops status NAME` (and `npuops logs NAME`) on this host; for a multi-node "
+                               "instance `npuops status NAME -i INVENTORY --group GROUP` shows every host's part",
+                               instances=states)
+        stopped = [name for name, state in states.items() if state in ("stopped", "stopping")]
+        if stopped:
+            return Result.warn(f"stopped: {', '.join(stopped)}",
+                               "start them with `systemctl start npuops-NAME` if they should serve", instances=states)
+        return Result.passed(f"{len(statuses)} instance(s) running: "
+                             + ", ".join(f"{n} {s}" for n, s in states.items()), instances=states)

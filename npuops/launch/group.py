@@ -1,0 +1,256 @@
+"""`npuops launch MODEL -i INVENTORY --group GROUP`: one multi-node instance over a serving group, through Ansible.
+
+1. the group's hosts, in inventory order (the first is the Ray head / data-parallel leader);
+2. every host's node model (node-facts.yml): its chips (the plan's hardware) and its interfaces (the address and
+   interface HCCL, Gloo and Ray use, per host);
+3. the plan for len(hosts) nodes, rendered per host (npuops.launch.multinode) into a private staging directory;
+4. launch-group.yml copies the files and starts the units in order, waiting for the Ray cluster and the endpoint.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.fleet.inventory import InventoryHost, read_inventory_group
+from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
+from npuops.launch.instance import LaunchSpec
+from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
+from npuops.plan.planner import Plan
+
+LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
+# Inventory variables a host may set to override what npuops works out from its node model.
+ADDRESS_VAR = "npuops_serving_address"
+IFNAME_VAR = "npuops_serving_ifname"
+# Where provisioning's environment role writes what CANN's set_env.sh scripts export (systemd cannot source them).
+ASCEND_ENV_FILE = Path("/etc/npuops/ascend.env")
+
+
+def choose_serving_interface(host: InventoryHost, node: Mapping[str, Any]) -> ClusterHost:
+    """The address and interface a host's cluster traffic uses: the inventory's override, else the interface that
+    holds the host's inventory address. Pure."""
+    interfaces = [i for i in (node.get("host") or {}).get("interfaces") or [] if isinstance(i, Mapping)]
+    address = str(host.vars.get(ADDRESS_VAR) or host.address)
+    ifname = host.vars.get(IFNAME_VAR)
+    try:
+        ipaddress.IPv4Address(address)
+    except ValueError:
+        # A DNS name in the inventory: take the first address of the named interface, or of the only one that has one.
+        candidates = [i for i in interfaces if i.get("ipv4") and (ifname is None or i.get("name") == ifname)]
+        if ifname is None and len(candidates) != 1:
+            raise BadInputError(
+                f"host {host.name}: cannot tell which address HCCL and Ray should use ({address} is a name and the "
+                f"host has {len(candidates)} interfaces with IPv4 addresses)",
+                f"set {ADDRESS_VAR} (and {IFNAME_VAR}) for {host.name} in the inventory") from None
+        if not candidates:
+            raise BadInputError(f"host {host.name}: interface {ifname} has no IPv4 address",
+                                f"set {ADDRESS_VAR} for {host.name}, or fix {IFNAME_VAR}") from None
+        address = str(candidates[0]["ipv4"][0]).split("/")[0]
+        ifname = str(candidates[0]["name"])
+    if ifname is None:
+        holders = [str(i.get("name")) for i in interfaces
+                   if any(str(a).split("/")[0] == address for a in i.get("ipv4") or [])]
+        if not holders:
+            raise BadInputError(
+                f"host {host.name}: no interface holds {address} (its interfaces: "
+                f"{', '.join(str(i.get('name')) for i in interfaces) or 'none reported'})",
+                f"set {ADDRESS_VAR} and {IFNAME_VAR} for {host.name} in the inventory to the address and interface "
+                "the hosts reach each other on")
+        ifname = holders[0]
+    return ClusterHost(host.name, address, str(ifname))
+
+
+def check_same_hardware(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, int, int | None]:
+    """(chip name, chips per host, device memory MB) shared by every host, or an error naming the odd ones."""
+    shapes: dict[str, tuple[str, int, int | None]] = {}
+    for name, node in nodes.items():
+        chips = [c for c in node.get("chips") or [] if isinstance(c, Mapping)]
+        if not chips:
+            shapes[name] = ("", 0, None)
+            continue
+        first = chips[0]
+        memory = first.get("hbm_total_mb") or first.get("memory_total_mb")
+        shapes[name] = (str(first.get("name")), len(chips), int(memory) if memory else None)
+    distinct = {(s[0], s[1]) for s in shapes.values()}
+    if len(distinct) > 1:
+        listing = "; ".join(f"{n}: {s[1]} x {s[0] or 'no NPU'}" for n, s in shapes.items())
+        raise BadInputError(f"the group's hosts differ ({listing})",
+                            "serve a group of identical nodes (`npuops doctor -i INVENTORY` shows the differences)")
+    return next(iter(shapes.values()))
+
+
+@dataclass
+class GroupLaunch:
+    """What a group launch did, for the report and --json."""
+
+    group: str
+    name: str
+    plan: Plan
+    parts: list[HostPart]
+    run: PlaybookRun | None = None
+    endpoint_status: dict[str, Any] | None = None
+    staging: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        healthy = bool(self.endpoint_status and self.endpoint_status.get("healthy"))
+        return self.run is not None and self.run.ok and healthy
+
+    def host_results(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for part in self.parts:
+            result = self.run.hosts.get(part.host.name) if self.run is not None else None
+            status = result.status if result is not None else ("not run" if self.run is None else "skipped")
+            out[part.host.name] = {**part.to_json(), "status": status,
+                                   "message": result.message if result is not None else ""}
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        cluster = self.plan.cluster
+        return {
+            "ok": self.ok, "name": self.name, "group": self.group,
+            "strategy": cluster.strategy if cluster else None,
+            "hosts": self.host_results(), "endpoint": self.endpoint_status,
+            "artifacts": str(self.run.artifacts) if self.run is not None else None,
+            "notes": list(self.notes), "plan": self.plan.to_json(),
+        }
+
+
+def resolve_group(inventory: Path, group: str, *, artifacts_dir: Path, forks: int,
+                  on_event: Callable[[PlaybookEvent], None] | None = None
+                  ) -> tuple[list[InventoryHost], dict[str, Mapping[str, Any]]]:
+    """The group's hosts in order and each one's node model; an error naming every host that gave none."""
+    from npuops.fleet.facts import collect_node_models
+
+    hosts = read_inventory_group(inventory, group)
+    facts = collect_node_models(inventory=inventory, artifacts_dir=artifacts_dir, limit=group, forks=forks,
+                                on_event=on_event)
+    bad = [f"{name}: {h.status} ({h.message}; fix: {h.fix})" for name, h in facts.hosts.items() if h.node is None]
+    if bad:
+        raise EnvironmentMissingError("cannot read the node model of " + "; ".join(bad),
+                                      "fix those hosts (or take them out of the group) and launch again")
+    nodes = facts.nodes()
+    missing = [h.name for h in hosts if h.name not in nodes]
+    if missing:
+        raise EnvironmentMissingError(f"no node model came back from {', '.join(missing)}",
+                                      "check the hosts with `npuops node -i INVENTORY --limit GROUP`")
+    return hosts, nodes
+
+
+def stage_files(parts: Sequence[HostPart], staging: Path) -> dict[str, list[dict[str, str]]]:
+    """Write every host's files into a private staging directory; the playbook's copy manifest."""
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True, mode=0o700)
+    manifest: dict[str, list[dict[str, str]]] = {}
+    for part in parts:
+        directory = staging / part.host.name
+        directory.mkdir(mode=0o700)
+        entries = []
+        for index, placed in enumerate(part.files):
+            source = directory / f"{index:02d}-{placed.path.name}"
+            # 0600 here whatever the target mode: env files may hold the API key.
+            fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(placed.text)
+            entries.append({"src": str(source), "dest": str(placed.path), "mode": f"{placed.mode:04o}"})
+        manifest[part.host.name] = entries
+    return manifest
+
+
+def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest: Mapping[str, Any], *,
+                     service_user: str, cluster_wait_s: int, ready_wait_s: int) -> dict[str, Any]:
+    first = parts[0]
+    return {
+        "npuops_group": group,
+        "npuops_instance": name,
+        "npuops_first_host": first.host.name,
+        "npuops_strategy": first.record.cluster.get("strategy"),
+        "npuops_files": dict(manifest),
+        "npuops_units": {p.host.name: list(p.units) for p in parts},
+        "npuops_engine_unit": first.record.unit,
+        "npuops_service_user": service_user,
+        "npuops_cluster_wait_s": cluster_wait_s,
+        "npuops_ready_wait_s": ready_wait_s,
+    }
+
+
+def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], nodes: Mapping[str, Mapping[str, Any]],
+                 *, group: str, ray_command: tuple[str, ...], unit_dir: Path) -> list[HostPart]:
+    cluster_hosts = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
+    env_files = (ASCEND_ENV_FILE,) if plan.target.kind == "npu" else ()
+    return render_cluster(plan, spec, cluster_hosts, group=group, ray_command=ray_command, unit_dir=unit_dir,
+                          env_files=env_files)
+
+
+def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Path, forks: int, service_user: str,
+                     cluster_wait_s: int, ready_wait_s: int,
+                     on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupLaunch:
+    assert launch.staging is not None
+    manifest = stage_files(launch.parts, launch.staging)
+    try:
+        run = run_playbook(
+            LAUNCH_GROUP_PLAYBOOK, inventory=inventory, artifacts_dir=artifacts_dir, limit=launch.group,
+            extravars=launch_extravars(launch.name, launch.group, launch.parts, manifest, service_user=service_user,
+                                       cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s),
+            forks=forks, on_event=on_event)
+    finally:
+        # The staged env files may hold the API key: nothing is left behind on the controller.
+        shutil.rmtree(launch.staging, ignore_errors=True)
+    launch.run = run
+    first = run.hosts.get(launch.parts[0].host.name)
+    if first is not None:
+        status = first.data.get("npuops_status")
+        launch.endpoint_status = status if isinstance(status, dict) else None
+    return launch
+
+
+def render_group_text(launch: GroupLaunch) -> str:
+    data = launch.to_json()
+    lines = [f"{launch.name}: {data['strategy']} over group {launch.group} ({len(launch.parts)} hosts)"]
+    for name, host in data["hosts"].items():
+        message = f": {host['message']}" if host["message"] else ""
+        lines.append(f"  {name:<20} {host['role']:<9} {host['address']:<16} {', '.join(host['units'])}  "
+                     f"{host['status']}{message}")
+    endpoint = launch.endpoint_status
+    if endpoint:
+        lines.append(f"endpoint: {endpoint.get('url')} on {launch.parts[0].host.name}: {endpoint.get('state')}")
+        cluster = endpoint.get("cluster") or {}
+        ray = cluster.get("ray")
+        if ray and not ray.get("error"):
+            lines.append(f"ray: {ray['nodes']}/{ray['expected']} nodes alive"
+                         + (f", missing {', '.join(ray['missing'])}" if ray["missing"] else ""))
+    for note in launch.notes:
+        lines.append(f"note: {note}")
+    if launch.run is not None:
+        for error in launch.run.errors:
+            lines.append(f"ansible: {error}")
+        lines.append(("launched" if launch.ok else "NOT launched") + f"; artifacts in {launch.run.artifacts}")
+    return "\n".join(lines)
+
+
+def dump_parts(parts: Sequence[HostPart], output: Path) -> dict[str, list[str]]:
+    """--dry-run: every host's files under OUTPUT/<host>/ (paths on the host kept in a manifest)."""
+    from npuops.atomic import write_text_atomic
+
+    written: dict[str, list[str]] = {}
+    for part in parts:
+        paths = []
+        for placed in part.files:
+            target = output / part.host.name / placed.path.name
+            write_text_atomic(target, placed.text, mode=placed.mode)
+            paths.append(str(target))
+        manifest = {"host": part.host.name, "role": part.role, "units": list(part.units),
+                    "files": {Path(p).name: str(f.path) for p, f in zip(paths, part.files, strict=True)}}
+        write_text_atomic(output / part.host.name / "manifest.json", json.dumps(manifest, indent=2) + "\n",
+                          mode=0o644)
+        written[part.host.name] = paths
+    return written

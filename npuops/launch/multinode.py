@@ -1,0 +1,216 @@
+"""One multi-node instance rendered host by host: what each host of the serving group gets, and starts in what order.
+
+A plan with a `cluster` (npuops.plan.cluster) becomes, for the group's hosts in inventory order:
+
+- ray: the first host runs a Ray head unit and the engine unit (`npuops run NAME`, vllm serve
+  `--distributed-executor-backend ray`, RAY_ADDRESS pointing at the head); every other host runs a Ray worker unit.
+- dp: the first host runs the leader engine (the API, `--data-parallel-address` = itself); every other host runs
+  a `--headless` follower engine with its `--data-parallel-start-rank`.
+
+Every host gets its own HCCL_IF_IP / VLLM_HOST_IP (its serving address) and GLOO/TP/HCCL_SOCKET_IFNAME (the
+interface holding it), and, under Ray, RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 so Ray leaves the
+device mask to vllm-ascend. Pure: the files come back as text with their absolute paths on the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from npuops.errors import BadInputError
+from npuops.hardware.host import CONTROL_DEVICE_NODES
+from npuops.launch.instance import NPU_GROUP, InstanceExtras, LaunchSpec, render_instances
+from npuops.launch.render import render_template
+from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
+from npuops.plan.planner import Plan
+from npuops.service.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
+
+RAY_ENV_FILE = "ray.env"
+
+
+@dataclass(frozen=True)
+class ClusterHost:
+    """One host of the serving group: its inventory name, the address the cluster traffic uses, its interface."""
+
+    name: str
+    address: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class PlacedFile:
+    path: Path  # absolute, on the host
+    text: str
+    mode: int
+
+
+@dataclass(frozen=True)
+class HostPart:
+    host: ClusterHost
+    rank: int
+    role: str  # head | worker (ray); leader | follower (dp)
+    record: InstanceRecord
+    files: tuple[PlacedFile, ...]
+    units: tuple[str, ...]  # this host's units, in start order
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host.name, "address": self.host.address, "ifname": self.host.ifname,
+                "rank": self.rank, "role": self.role, "units": list(self.units),
+                "files": [{"path": str(f.path), "mode": f"{f.mode:04o}"} for f in self.files]}
+
+
+def ray_unit_name(name: str) -> str:
+    return f"npuops-{name}-ray.service"
+
+
+def ray_runtime_directory(name: str) -> str:
+    # Ray puts unix sockets under --temp-dir/session_<date>_<pid>/sockets/: a long instance name would push
+    # them past the 107-byte limit, so the directory is named by a short hash of the instance name.
+    return "npuops-ray-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def host_environment(host: ClusterHost, *, ray: bool) -> dict[str, str]:
+    """The per-host variables HCCL, Gloo and vLLM need to find each other (ascend-facts §5)."""
+    env = {
+        "HCCL_IF_IP": host.address,
+        "VLLM_HOST_IP": host.address,
+        "GLOO_SOCKET_IFNAME": host.ifname,
+        "TP_SOCKET_IFNAME": host.ifname,
+        "HCCL_SOCKET_IFNAME": host.ifname,
+    }
+    if ray:
+        # Ray would otherwise rewrite ASCEND_RT_VISIBLE_DEVICES per actor and break vllm-ascend's own mapping.
+        env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = "1"
+    return env
+
+
+def _check_hosts(plan: Plan, hosts: Sequence[ClusterHost]) -> None:
+    cluster = plan.cluster
+    if cluster is None:
+        raise BadInputError("the plan is for one node", "plan with --nodes N (the group's host count)")
+    if len(hosts) != cluster.nodes:
+        raise BadInputError(f"the plan uses {cluster.nodes} nodes but the group has {len(hosts)} hosts",
+                            f"launch on a group of {cluster.nodes} hosts, or plan for {len(hosts)} with --nodes")
+    names = [h.name for h in hosts]
+    addresses = [h.address for h in hosts]
+    if len(set(names)) != len(names) or len(set(addresses)) != len(addresses):
+        raise BadInputError(f"the group's hosts or addresses repeat ({', '.join(addresses)})",
+                            "give every host of the group its own address (ansible_host)")
+
+
+def render_cluster(
+    plan: Plan,
+    spec: LaunchSpec,
+    hosts: Sequence[ClusterHost],
+    *,
+    group: str,
+    ray_command: tuple[str, ...],
+    unit_dir: Path,
+    ray_port: int = RAY_PORT,
+    rpc_port: int = DP_RPC_PORT,
+    env_files: tuple[Path, ...] = (),
+) -> list[HostPart]:
+    """Every host's files and units for the plan's cluster, the first host being the head or leader."""
+    _check_hosts(plan, hosts)
+    cluster = plan.cluster
+    assert cluster is not None
+    ray = cluster.strategy == "ray"
+    head = hosts[0]
+    roles = [n.role for n in cluster.node_list()]
+    ray_unit = ray_unit_name(spec.name)
+    ray_address = f"{head.address}:{ray_port}"
+    common: dict[str, Any] = {
+        "group": group,
+        "strategy": cluster.strategy,
+        "nodes": [{"name": h.name, "address": h.address, "role": roles[i]} for i, h in enumerate(hosts)],
+        "expected_nodes": len(hosts),
+        "endpoint_host": head.name,
+    }
+    if ray:
+        common.update(ray_unit=ray_unit, ray_address=ray_address, ray_command=list(ray_command))
+    parts = []
+    for rank, host in enumerate(hosts):
+        env = host_environment(host, ray=ray)
+        membership = {**common, "rank": rank, "role": roles[rank]}
+        if ray:
+            parts.append(_ray_part(plan, spec, host, rank, roles[rank], env, membership, unit_dir, ray_command,
+                                   ray_port, ray_address, env_files))
+        else:
+            args = tuple(cluster.node_args(rank, leader_address=head.address, rpc_port=rpc_port))
+            extras = InstanceExtras(serve_args=args, environment=env, role=ROLE_ENGINE if rank == 0 else ROLE_HEADLESS,
+                                    cluster=membership, env_files=env_files)
+            # Followers serve no API: the key stays on the leader only.
+            instance = render_instances(plan, spec if rank == 0 else replace(spec, api_key=None), extras)[0]
+            parts.append(HostPart(host, rank, roles[rank], instance.record,
+                                  _placed(instance.record, instance.files, unit_dir), (instance.unit_name,)))
+    return parts
+
+
+def _placed(record: InstanceRecord, files: Sequence[Any], unit_dir: Path) -> tuple[PlacedFile, ...]:
+    """Units go to the unit directory, everything else to the instance's directory."""
+    out = []
+    for f in files:
+        directory = unit_dir if f.name.endswith(".service") else record.directory
+        out.append(PlacedFile(directory / f.name, f.text, f.mode))
+    return tuple(out)
+
+
+def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: str, env: dict[str, str],
+              membership: dict[str, Any], unit_dir: Path, ray_command: tuple[str, ...], ray_port: int,
+              ray_address: str, env_files: tuple[Path, ...]) -> HostPart:
+    ray_unit = ray_unit_name(spec.name)
+    # The engine unit on the head: the plan's files, pointed at the local Ray node.
+    engine_env = {**env, "RAY_ADDRESS": ray_address}
+    extras = InstanceExtras(environment=engine_env, role=ROLE_ENGINE, cluster=membership, requires_units=(ray_unit,),
+                            env_files=env_files)
+    instance = render_instances(plan, spec, extras)[0]
+    record = instance.record
+    # The Ray node's environment: what the engine's workers (Ray actors it starts) need, without the API key.
+    node_env = {k: v for k, v in instance.environment.items() if k not in ("VLLM_API_KEY", "RAY_ADDRESS")}
+    runtime = ray_runtime_directory(spec.name)
+    state_directory = f"npuops-{spec.name}-ray"
+    argv = [*ray_command, "start", "--block", "--node-ip-address", host.address, "--temp-dir", f"/run/{runtime}",
+            "--disable-usage-stats"]
+    if rank == 0:
+        argv += ["--head", "--port", str(ray_port), "--include-dashboard=false"]
+    else:
+        argv += ["--address", ray_address]
+    devices = list(record.devices)
+    if devices:
+        # Ray's accelerator resource for Ascend NPUs: the placement group of the engine asks for "NPU" bundles.
+        argv += ["--resources", json.dumps({"NPU": len(devices)}, separators=(",", ":"))]
+    ray_env_path = record.directory / RAY_ENV_FILE
+    data_dir = spec.service_data_root / state_directory
+    unit_text = render_template("ray-node.service.j2", {
+        "name": spec.name,
+        "role": "head" if rank == 0 else "worker",
+        "served_model_name": record.served_model_name,
+        "ray_port": ray_port,
+        "service_user": spec.service_user,
+        "service_group": spec.service_user,
+        "supplementary_groups": [NPU_GROUP] if devices else [],
+        "env_file": ray_env_path,
+        "extra_env_files": list(env_files),
+        "working_directory": data_dir,
+        "exec_start": argv,
+        "runtime_directory": runtime,
+        # The workers read the model too: ProtectHome=yes would hide one kept under a home directory.
+        "protect_home": "read-only" if record.model_path.startswith(("/home/", "/root/", "/run/user/")) else "yes",
+        "state_directory": state_directory,
+        "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
+        "device_allow": [f"/dev/davinci{d}" for d in devices] + (
+            [f"/dev/{n}" for n in CONTROL_DEVICE_NODES] if devices else []),
+    })
+    ray_env_text = render_template("service.env.j2", {"name": f"{spec.name} (Ray node)", "environment": node_env})
+    ray_files = (PlacedFile(ray_env_path, ray_env_text, 0o600), PlacedFile(unit_dir / ray_unit, unit_text, 0o644))
+    if rank == 0:
+        files = _placed(record, instance.files, unit_dir) + ray_files
+        return HostPart(host, rank, role, record, files, (ray_unit, instance.unit_name))
+    worker = replace(record, role=ROLE_RAY_WORKER, unit=ray_unit, cluster=membership, api_key=False)
+    record_file = PlacedFile(record.directory / RECORD_FILE, json.dumps(worker.to_json(), indent=2) + "\n", 0o644)
+    return HostPart(host, rank, role, worker, (record_file, *ray_files), (ray_unit,))
+

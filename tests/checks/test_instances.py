@@ -1,0 +1,32 @@
+"""instances-healthy: what counts as a broken instance part, from `npuops status` documents (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from npuops.checks.instances import _problem
+
+
+def status(state: str, **extra: Any) -> dict[str, Any]:
+    return {"name": "qwen", "state": state, **extra}
+
+
+@pytest.mark.parametrize(("document", "expected"), [
+    (status("healthy"), None),
+    (status("stopped"), None),
+    (status("starting (gate)"), None),
+    (status("unhealthy"), "qwen runs but does not answer /health"),
+    (status("failed", diagnosis={"id": "not-a-model", "cause": "the directory holds no model"}),
+     "qwen failed: [not-a-model] the directory holds no model"),
+    (status("failed"), "qwen failed"),
+    (status("healthy", cluster={"ray": {"complete": False, "missing": ["node-b", "node-c"]}}),
+     "qwen: no live Ray node on node-b, node-c"),
+    (status("healthy", cluster={"ray": {"complete": True, "missing": []}}), None),
+    (status("healthy", cluster={"ray": {"error": "cannot reach the Ray head at 10.0.0.1:6379: refused"}}),
+     "qwen: cannot reach the Ray head at 10.0.0.1:6379: refused"),
+    (status("healthy", cluster={"strategy": "dp"}), None),
+])
+def test_problem(document: dict[str, Any], expected: str | None) -> None:
+    assert _problem(document) == expected
