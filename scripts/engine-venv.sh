@@ -92,6 +92,9 @@ fi
 if [ "$(cat "$REPO_STAMP" 2>/dev/null || true)" != "$REPO" ]; then
   log "installing npuops from $REPO (editable)"
   pip_q -e "$REPO"
+  # The test-only vLLM platform plugin that lets vLLM's Ray executor run on CPU hosts (inactive unless
+  # NPUOPS_CPU_RAY_PLATFORM=1; tests/engine/cpu_ray_platform/README.md).
+  pip_q --no-build-isolation --no-deps -e "$REPO/tests/engine/cpu_ray_platform"
   printf '%s\n' "$REPO" >"$REPO_STAMP"
 fi
 

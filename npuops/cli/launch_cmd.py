@@ -50,13 +50,18 @@ def default_npuops_executable() -> str:
               help="With -i: where to keep the Ansible runs' artifacts.")
 @click.option("--cluster-wait", "cluster_wait_s", type=click.IntRange(10), default=300, show_default=True,
               help="With -i: seconds to wait for every Ray node to join.")
+@click.option("--ray-node-resources", metavar="JSON",
+              help='With -i and Ray: the resources each Ray node advertises [default: {"NPU": <chips>}].')
+@click.option("--env", "env_items", multiple=True, metavar="KEY=VALUE",
+              help="An extra variable for the instance's environment (repeatable), e.g. HCCL_CONNECT_TIMEOUT=1200.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
            service_user: str, start_timeout: int | None, watchdog_s: int, verify: bool, golden: Path | None,
            foreground: bool, dry_run: bool,
            output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
-           cluster_wait_s: int, as_json: bool, **flags: Any) -> None:
+           cluster_wait_s: int, ray_node_resources: str | None, env_items: tuple[str, ...], as_json: bool,
+           **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
     The unit runs `npuops run NAME`: a start gate (level-1 checks for these chips), then vLLM, reported ready only
@@ -64,7 +69,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     the endpoint answers a first request. --foreground runs the same supervisor in this terminal (where systemd
     is not init). With --dry-run --output DIR the files are written to DIR and nothing is installed or started.
     """
-    from npuops.launch.instance import LaunchSpec, read_api_key_file, render_instances
+    from npuops.launch.instance import LaunchSpec, parse_env_assignments, read_api_key_file, render_instances
     from npuops.launch.render import validate_instance_name
     from npuops.service.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
 
@@ -80,6 +85,9 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     if (inventory is None) != (group is None):
         raise UsageError("-i/--inventory and --group go together", "give both to launch over a serving group")
     settings = load_context_settings(ctx)
+    extra_env = parse_env_assignments(env_items)
+    if ray_node_resources is not None and inventory is None:
+        raise UsageError("--ray-node-resources is for a group launch", "add -i INVENTORY --group GROUP")
     if inventory is not None:
         if foreground or verify:
             raise UsageError("--foreground and --verify are for one node", "drop them with -i/--group")
@@ -87,7 +95,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         _launch_group(ctx, settings, name=name, host=host, port=port, api_key_file=api_key_file, vllm_bin=vllm_bin,
                       service_user=service_user, start_timeout=start_timeout, watchdog_s=watchdog_s, dry_run=dry_run,
                       output=output, inventory=inventory, group=group, forks=forks, artifacts=artifacts,
-                      cluster_wait_s=cluster_wait_s, as_json=as_json, flags=flags)
+                      cluster_wait_s=cluster_wait_s, as_json=as_json, flags=flags, extra_env=extra_env,
+                      ray_node_resources=ray_node_resources)
         return
     manager = None
     if not dry_run and not foreground:
@@ -107,7 +116,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
                       vllm_command=(vllm_bin, "serve"), npuops_command=(default_npuops_executable(),),
                       state_dir=settings.state_dir, service_data_root=settings.service_data_root,
                       ascend_env=ascend_env, manager=MANAGER_FOREGROUND if foreground else MANAGER_SYSTEMD,
-                      start_timeout_s=start_timeout, watchdog_s=watchdog_s)
+                      start_timeout_s=start_timeout, watchdog_s=watchdog_s, extra_env=extra_env)
     instances = render_instances(plan_result, spec)
     if dry_run:
         assert output is not None
@@ -199,12 +208,14 @@ def _group_target(settings: Any, flags: dict[str, Any], first_node: dict[str, An
 def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, port: int, api_key_file: Path | None,
                   vllm_bin: str, service_user: str, start_timeout: int | None, watchdog_s: int, dry_run: bool,
                   output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
-                  cluster_wait_s: int, as_json: bool, flags: dict[str, Any]) -> None:
+                  cluster_wait_s: int, as_json: bool, flags: dict[str, Any], extra_env: dict[str, str],
+                  ray_node_resources: str | None) -> None:
     from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
     from npuops.launch.group import (
         GroupLaunch,
         check_same_hardware,
         dump_parts,
+        parse_ray_resources,
         render_group,
         render_group_text,
         resolve_group,
@@ -213,14 +224,14 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     from npuops.launch.instance import LaunchSpec, read_api_key_file
     from npuops.service.record import MANAGER_SYSTEMD
 
+    ray_resources = parse_ray_resources(ray_node_resources)
     if artifacts is None:
         artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
     if flags.get("nodes", 1) not in (1, None):
         raise UsageError("--nodes comes from the group with -i/--group", "drop --nodes")
 
+    # Progress per host and task on stderr, --json or not: stdout keeps the one document.
     def progress(event: PlaybookEvent) -> None:
-        if as_json:
-            return
         if event.kind == "task_start":
             click.echo(f"... {event.task}", err=True)
         elif event.kind in ("ok", "changed", "failed", "unreachable"):
@@ -242,10 +253,11 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
                       vllm_command=(vllm_bin, "serve"), npuops_command=(npuops_command,),
                       state_dir=settings.state_dir, service_data_root=settings.service_data_root,
-                      manager=MANAGER_SYSTEMD, start_timeout_s=start_timeout, watchdog_s=watchdog_s)
+                      manager=MANAGER_SYSTEMD, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
+                      extra_env=extra_env)
     ray_command = (str(Path(vllm_bin).parent / "ray"),)
     parts = render_group(plan_result, spec, hosts, ordered, group=group, ray_command=ray_command,
-                         unit_dir=settings.unit_dir)
+                         unit_dir=settings.unit_dir, ray_resources=ray_resources)
     launch_state = GroupLaunch(group=group, name=name, plan=plan_result, parts=parts)
     if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
         launch_state.notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use "

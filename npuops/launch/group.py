@@ -184,11 +184,31 @@ def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest:
 
 
 def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], nodes: Mapping[str, Mapping[str, Any]],
-                 *, group: str, ray_command: tuple[str, ...], unit_dir: Path) -> list[HostPart]:
+                 *, group: str, ray_command: tuple[str, ...], unit_dir: Path,
+                 ray_resources: Mapping[str, float] | None = None) -> list[HostPart]:
     cluster_hosts = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
     env_files = (ASCEND_ENV_FILE,) if plan.target.kind == "npu" else ()
     return render_cluster(plan, spec, cluster_hosts, group=group, ray_command=ray_command, unit_dir=unit_dir,
-                          env_files=env_files)
+                          env_files=env_files, ray_resources=ray_resources)
+
+
+def parse_ray_resources(text: str | None) -> dict[str, float] | None:
+    """`--ray-node-resources '{"NPU": 8}'`: the resources each Ray node advertises. Pure."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BadInputError(f"--ray-node-resources {text!r} is not JSON", 'write it like \'{"NPU": 8}\'') from None
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in data.items()):
+        raise BadInputError("--ray-node-resources must map resource names to non-negative numbers",
+                            'write it like \'{"NPU": 8}\'')
+    if {"CPU", "GPU"} & set(data):
+        raise BadInputError("--ray-node-resources cannot set CPU or GPU (Ray counts those itself)",
+                            "name accelerator or custom resources only, e.g. NPU")
+    return {k: float(v) for k, v in data.items()}
 
 
 def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Path, forks: int, service_user: str,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,8 @@ class LaunchSpec:
     start_timeout_s: int | None = None  # None: from the plan (model size, graph capture)
     watchdog_s: int = DEFAULT_WATCHDOG_S
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
+    # The operator's own variables (`launch --env KEY=VALUE`), laid over everything npuops sets but the API key.
+    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,26 @@ class InstanceExtras:
     cluster: dict[str, Any] = field(default_factory=dict)
     requires_units: tuple[str, ...] = ()  # units the engine unit needs running first (the host's Ray node)
     env_files: tuple[Path, ...] = ()  # read before the instance's own env file (the host's CANN environment)
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by npuops itself from other options; an --env of these would be silently contradicted.
+_RESERVED_ENV = frozenset({"VLLM_API_KEY", "HF_HUB_OFFLINE"})
+
+
+def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:
+    """`KEY=VALUE` strings (launch --env) to a dict; a bad name or a reserved one is refused. Pure."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise BadInputError(f"--env {item!r} is not KEY=VALUE", "write it like --env HCCL_CONNECT_TIMEOUT=1200")
+        if key in _RESERVED_ENV:
+            raise BadInputError(f"--env {key} is set by npuops", "use --api-key-file for the key; models are local")
+        if "\n" in value or "\x00" in value:
+            raise BadInputError(f"--env {key}: the value has a newline or NUL", "give a one-line value")
+        out[key] = value
+    return out
 
 
 def read_api_key_file(path: Path) -> str:
@@ -130,6 +154,7 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
         if replica is not None and plan.target.kind == "npu":
             environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
         environment.update(extras.environment)
+        environment.update(spec.extra_env)
         # A local model directory: never reach for a hub from a production node.
         environment["HF_HUB_OFFLINE"] = "1"
         if spec.api_key:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,7 @@ def render_cluster(
     ray_port: int = RAY_PORT,
     rpc_port: int = DP_RPC_PORT,
     env_files: tuple[Path, ...] = (),
+    ray_resources: Mapping[str, float] | None = None,
 ) -> list[HostPart]:
     """Every host's files and units for the plan's cluster, the first host being the head or leader."""
     _check_hosts(plan, hosts)
@@ -138,7 +139,7 @@ def render_cluster(
         membership = {**common, "rank": rank, "role": roles[rank]}
         if ray:
             parts.append(_ray_part(plan, spec, host, rank, roles[rank], env, membership, unit_dir, ray_command,
-                                   ray_port, ray_address, env_files))
+                                   ray_port, ray_address, env_files, ray_resources))
         else:
             args = tuple(cluster.node_args(rank, leader_address=head.address, rpc_port=rpc_port))
             extras = InstanceExtras(serve_args=args, environment=env, role=ROLE_ENGINE if rank == 0 else ROLE_HEADLESS,
@@ -161,7 +162,8 @@ def _placed(record: InstanceRecord, files: Sequence[Any], unit_dir: Path) -> tup
 
 def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: str, env: dict[str, str],
               membership: dict[str, Any], unit_dir: Path, ray_command: tuple[str, ...], ray_port: int,
-              ray_address: str, env_files: tuple[Path, ...]) -> HostPart:
+              ray_address: str, env_files: tuple[Path, ...],
+              ray_resources: Mapping[str, float] | None) -> HostPart:
     ray_unit = ray_unit_name(spec.name)
     # The engine unit on the head: the plan's files, pointed at the local Ray node.
     engine_env = {**env, "RAY_ADDRESS": ray_address}
@@ -180,9 +182,10 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
     else:
         argv += ["--address", ray_address]
     devices = list(record.devices)
-    if devices:
-        # Ray's accelerator resource for Ascend NPUs: the placement group of the engine asks for "NPU" bundles.
-        argv += ["--resources", json.dumps({"NPU": len(devices)}, separators=(",", ":"))]
+    # Ray's accelerator resource for Ascend NPUs: the engine's placement group asks for one "NPU" per worker.
+    resources = dict(ray_resources) if ray_resources is not None else ({"NPU": len(devices)} if devices else {})
+    if resources:
+        argv += ["--resources", json.dumps(resources, separators=(",", ":"))]
     ray_env_path = record.directory / RAY_ENV_FILE
     data_dir = spec.service_data_root / state_directory
     unit_text = render_template("ray-node.service.j2", {

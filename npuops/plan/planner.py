@@ -803,6 +803,14 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
                                         max(required, options.max_model_len or 0), c, notes)
     layout, budget = chosen.layout, chosen.budget
     moe_ep = (moe_ep and layout.chips > 1) or (cluster is not None and cluster.expert_parallel)
+    if target.kind == "cpu" and layout.pp > 1:
+        # vLLM's CPU engine creates the tensors a later pipeline stage receives only in its warm-up run, which
+        # --enforce-eager skips: the first request then fails (AssertionError: intermediate_tensors is not None).
+        if options.enforce_eager:
+            notes.warn("--enforce-eager with pipeline stages on the CPU engine: /health answers, but the first "
+                       "request fails (the CPU model runner skips the warm-up that creates the stage tensors)")
+        else:
+            mode = "cpu_compiled"
 
     # max_model_len must leave KV room for at least one full-length request (vLLM checks at start-up).
     if options.max_model_len is None and budget.kv_cache_tokens < wanted_len:
@@ -1296,7 +1304,14 @@ def _explain_memory(target: HardwareTarget, budget: MemoryBudget, kv_conc: int, 
 def _explain_graph(
     target: HardwareTarget, mode: str, capture: tuple[int, ...], release: str, options: PlanOptions, notes: _Notes
 ) -> None:
-    if mode == "full_decode_only":
+    if mode == "cpu_compiled":
+        notes.explain(
+            "enforce_eager",
+            False,
+            "pipeline stages on the CPU engine need its compile warm-up: in eager mode the first request fails "
+            "(the tensors passed between stages are only created by the warm-up run)",
+        )
+    elif mode == "full_decode_only":
         notes.explain(
             "compilation_config",
             {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)},

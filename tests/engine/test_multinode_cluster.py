@@ -166,3 +166,135 @@ def test_ray_cluster_from_rendered_units(ssh_fleet: StartFleet, engine_python: P
     for name in (head, worker):
         state = fleet.run(name, f"{SYSTEMCTL} is-active {RAY_UNIT}")
         assert state.stdout.strip() in ("inactive", "failed"), (name, state)
+
+
+COMPLETION_SCRIPT = r"""
+import json, sys, urllib.request
+request = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
+    data=json.dumps({"model": sys.argv[2], "prompt": "The capital of", "max_tokens": 8, "temperature": 0}).encode(),
+    headers={"Content-Type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+with opener.open(request, timeout=120) as answer:
+    body = json.loads(answer.read())
+print(json.dumps({"tokens": body["usage"]["completion_tokens"], "text": body["choices"][0]["text"]}))
+"""
+
+
+def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,  # noqa: F811
+                                                      tiny_model: Path, tmp_path: Path) -> None:
+    """`npuops launch -i INVENTORY --group G` end to end: launch-group.yml installs the units on both hosts, starts
+    the Ray head, the worker, waits for both nodes, starts the engine (vllm serve, PP=2 over Ray: one stage per host)
+    and waits for /health. A completion is served; then the worker's Ray node is stopped and the head says so."""
+    fleet = ssh_fleet(2)
+    head, worker = fleet.names
+    inventory = fleet.inventory_path(group_vars={"npuops_command": str(host_npuops(tmp_path)),
+                                                 "npuops_systemctl": [str(SYSTEMCTL)]})
+    artifacts = tmp_path / "artifacts"
+    name = "pp"
+    # vLLM's CPU platform has no Ray device key: the test-only plugin (tests/engine/cpu_ray_platform, installed in the
+    # engine venv, inert unless asked) gives it vllm-ascend's "NPU", and each Ray node offers one such resource.
+    flags = [f for f in PLAN_FLAGS if f != "--enforce-eager"]
+    rc, out, err = npuops("launch", str(tiny_model), *flags, "--name", name, "-i", str(inventory), "--group", "fleet",
+                          "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root",
+                          "--env", "NPUOPS_CPU_RAY_PLATFORM=1", "--ray-node-resources", '{"NPU": 1}',
+                          "--artifacts", str(artifacts), "--cluster-wait", "120", "--json", timeout=900)
+    try:
+        assert out.strip(), err
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert report["plan"]["config"]["pipeline_parallel_size"] == 2
+        assert report["plan"]["config"]["enforce_eager"] is False  # the CPU engine's stages need the warm-up
+        assert {h: report["hosts"][h]["status"] for h in (head, worker)} == {head: "ok", worker: "ok"}
+        endpoint = report["endpoint"]
+        assert endpoint["healthy"] and endpoint["cluster"]["ray"]["alive"] == [head, worker], endpoint
+        # Progress per host and task went to stderr while it ran.
+        assert "Start the Ray head unit" in err and f"{worker}: changed" in err, err[-2000:]
+
+        # Served, with the second stage on the other host.
+        done = fleet.run(head, [str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"], endpoint["model"]],
+                         timeout=180)
+        assert done.returncode == 0, done
+        assert json.loads(done.stdout)["tokens"] == 8
+        ray_status = fleet.run(head, f"{engine_python.parent / 'ray'} status --address "
+                                     f"{fleet.host(head).address}:6379", timeout=120)
+        assert "2.0/2.0 NPU" in ray_status.stdout, ray_status.stdout
+        rc, view = group_status_of(inventory, artifacts, name)
+        assert rc == 0 and view["ok"] and view["down"] == [], view
+
+        # The worker's node goes: the head's engine loses its second stage, and the group status names the host.
+        done = fleet.run(worker, f"{SYSTEMCTL} stop npuops-{name}-ray.service", timeout=120)
+        assert done.returncode == 0, done
+
+        def lost() -> dict[str, Any] | None:
+            rc, view = group_status_of(inventory, artifacts, name)
+            ray_view = view.get("ray") or {}
+            return view if rc == 1 and ray_view.get("missing") == [worker] else None
+
+        view = wait_for("the head to name the lost worker", lost, timeout=180, every=3)
+        assert head in view["down"] and worker in view["down"], view
+    finally:
+        rc, out, err = npuops("stop", name, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
+                              "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
+
+
+def group_status_of(inventory: Path, artifacts: Path, name: str) -> tuple[int, dict[str, Any]]:
+    rc, out, err = npuops("status", name, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
+                          "--json")
+    assert out.strip(), err
+    return rc, json.loads(out)
+
+
+def test_launch_native_data_parallel_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,  # noqa: F811
+                                                  tiny_model: Path, tmp_path: Path) -> None:
+    """vLLM's native data parallel over two hosts, no Ray: the leader (API server, rank 0) on the first host and a
+    `--headless` follower (rank 1) on the second, both under `npuops run`, started by launch-group.yml."""
+    fleet = ssh_fleet(2)
+    leader, follower = fleet.names
+    inventory = fleet.inventory_path(group_vars={"npuops_command": str(host_npuops(tmp_path)),
+                                                 "npuops_systemctl": [str(SYSTEMCTL)]})
+    artifacts = tmp_path / "artifacts"
+    name = "dp"
+    flags = [f if f != "ray" else "dp" for f in PLAN_FLAGS]
+    rc, out, err = npuops("launch", str(tiny_model), *flags, "--name", name, "-i", str(inventory), "--group", "fleet",
+                          "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root",
+                          "--artifacts", str(artifacts), "--json", timeout=900)
+    try:
+        assert out.strip(), err
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert report["strategy"] == "dp"
+        assert {h: report["hosts"][h]["role"] for h in (leader, follower)} == {leader: "leader", follower: "follower"}
+        config = report["plan"]["config"]
+        assert config["data_parallel_size"] == 2 and config["data_parallel_size_local"] == 1
+        endpoint = report["endpoint"]
+        for _ in range(4):  # the leader spreads requests over both engines
+            done = fleet.run(leader, [str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
+                                      endpoint["model"]], timeout=180)
+            assert done.returncode == 0, done
+        rc, view = group_status_of(inventory, artifacts, name)
+        assert rc == 0 and view["ok"], view
+        part = view["hosts"][follower]["instance"]
+        assert part["role"] == "headless" and part["state"] == "healthy" and part["stage"] == "healthy", part
+        # Every host's log, in one call.
+        rc, out, err = npuops("logs", name, "-i", str(inventory), "--group", "fleet", "-n", "200",
+                              "--artifacts", str(artifacts), "--json")
+        logs = json.loads(out)
+        assert rc == 0 and logs["ok"], (logs, err)
+        leader_lines = "\n".join(logs["hosts"][leader]["answer"]["lines"])
+        follower_lines = "\n".join(logs["hosts"][follower]["answer"]["lines"])
+        assert "/health" in leader_lines or "Application startup complete" in leader_lines, leader_lines[-2000:]
+        assert "headless" in follower_lines.lower() or "EngineCore" in follower_lines, follower_lines[-2000:]
+
+        # The follower's engine goes: its own part is down and named, though vLLM's leader keeps answering /health.
+        done = fleet.run(follower, f"{SYSTEMCTL} stop npuops-{name}.service", timeout=120)
+        assert done.returncode == 0, done
+        rc, view = group_status_of(inventory, artifacts, name)
+        assert rc == 1 and view["down"] == [follower], view
+        assert view["endpoint"]["healthy"] is True, view
+    finally:
+        rc, out, err = npuops("stop", name, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
+                              "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
