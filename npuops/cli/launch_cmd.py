@@ -215,6 +215,7 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
         GroupLaunch,
         check_same_hardware,
         dump_parts,
+        network_peers,
         parse_ray_resources,
         render_group,
         render_group_text,
@@ -275,7 +276,8 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     launch_state.staging = artifacts / f"staging-{name}-{os.getpid()}"
     start_wait = start_timeout or max(r.record.timeout_start_s for r in parts)
     run_group_launch(launch_state, inventory, artifacts_dir=artifacts, forks=forks, service_user=service_user,
-                     cluster_wait_s=cluster_wait_s, ready_wait_s=start_wait, on_event=progress)
+                     cluster_wait_s=cluster_wait_s, ready_wait_s=start_wait,
+                     peers=network_peers(parts, hosts, ordered), on_event=progress)
     if as_json:
         click.echo(json.dumps(launch_state.to_json(), indent=2))
     else:

@@ -50,7 +50,7 @@ HostDoctorStatus = Literal["ok", "checks-failed", "failed", "unreachable"]
 # Worst first, for the table's order.
 _HOST_STATUS_RANK: Mapping[str, int] = {"unreachable": 0, "failed": 1, "checks-failed": 2, "ok": 3}
 # The order of check areas in the table; areas not named here follow, alphabetically.
-AREA_ORDER = ("driver", "chips", "cann", "stack", "environment", "host", "network", "precision")
+AREA_ORDER = ("driver", "chips", "cann", "stack", "environment", "host", "network", "service", "precision")
 
 
 # --- what must be the same on every host -------------------------------------------------------------------------

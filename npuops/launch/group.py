@@ -166,10 +166,27 @@ def stage_files(parts: Sequence[HostPart], staging: Path) -> dict[str, list[dict
     return manifest
 
 
+def network_peers(parts: Sequence[HostPart], hosts: Sequence[InventoryHost],
+                  nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Each host's `npuops doctor --peers` JSON for the launch's network check: the other hosts at their serving
+    addresses (the ones HCCL and Gloo will use) and NPU NIC addresses, from this host's serving interface. Pure."""
+    from npuops.fleet.doctor import chip_nic_ips
+
+    ports = {h.name: h.port for h in hosts}
+    out = {}
+    for part in parts:
+        others = [{"name": p.host.name, "address": p.host.address, "port": ports.get(p.host.name, 22),
+                   "npu_ips": chip_nic_ips(nodes.get(p.host.name))} for p in parts if p is not part]
+        out[part.host.name] = json.dumps({"ifname": part.host.ifname, "peers": others}, separators=(",", ":"))
+    return out
+
+
 def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest: Mapping[str, Any], *,
-                     service_user: str, cluster_wait_s: int, ready_wait_s: int) -> dict[str, Any]:
+                     service_user: str, cluster_wait_s: int, ready_wait_s: int,
+                     peers: Mapping[str, str] | None = None) -> dict[str, Any]:
     first = parts[0]
     return {
+        "npuops_peers": dict(peers or {}),
         "npuops_group": group,
         "npuops_instance": name,
         "npuops_first_host": first.host.name,
@@ -212,7 +229,7 @@ def parse_ray_resources(text: str | None) -> dict[str, float] | None:
 
 
 def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Path, forks: int, service_user: str,
-                     cluster_wait_s: int, ready_wait_s: int,
+                     cluster_wait_s: int, ready_wait_s: int, peers: Mapping[str, str] | None = None,
                      on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupLaunch:
     assert launch.staging is not None
     manifest = stage_files(launch.parts, launch.staging)
@@ -220,7 +237,7 @@ def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Pat
         run = run_playbook(
             LAUNCH_GROUP_PLAYBOOK, inventory=inventory, artifacts_dir=artifacts_dir, limit=launch.group,
             extravars=launch_extravars(launch.name, launch.group, launch.parts, manifest, service_user=service_user,
-                                       cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s),
+                                       cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s, peers=peers),
             forks=forks, on_event=on_event)
     finally:
         # The staged env files may hold the API key: nothing is left behind on the controller.

@@ -25,7 +25,8 @@ RAY_NODES_SCRIPT = (
     "print(json.dumps([{'address': n.get('NodeManagerAddress'), 'hostname': n.get('NodeManagerHostname'),\n"
     "                   'alive': bool(n.get('Alive')), 'resources': n.get('Resources') or {}} for n in ray.nodes()]))\n"
 )
-_PROBE_TIMEOUT_S = 60.0
+# A driver connects in ~1.5 s; a head that does not answer would otherwise hold `ray.init` for 40 s and more.
+_PROBE_TIMEOUT_S = 20.0
 
 
 class RayNodesError(ValueError):

@@ -209,6 +209,7 @@ def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, eng
         assert endpoint["healthy"] and endpoint["cluster"]["ray"]["alive"] == [head, worker], endpoint
         # Progress per host and task went to stderr while it ran.
         assert "Start the Ray head unit" in err and f"{worker}: changed" in err, err[-2000:]
+        assert "Check the network between the group's hosts" in err, err[-2000:]
 
         # Served, with the second stage on the other host.
         done = fleet.run(head, [str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"], endpoint["model"]],

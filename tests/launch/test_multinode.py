@@ -29,6 +29,7 @@ from npuops.launch.group import (
     choose_serving_interface,
     dump_parts,
     launch_extravars,
+    network_peers,
     stage_files,
 )
 from npuops.launch.instance import LaunchSpec
@@ -467,9 +468,18 @@ def test_stage_files_are_private_and_the_manifest_says_where_they_go(ray_plan: P
 def test_launch_extravars(ray_plan: Plan, tmp_path: Path) -> None:
     parts = _render(ray_plan)
     manifest = stage_files(parts, tmp_path / "staging")
+    nodes = {"node-head": {"chips": [{"device_id": 0, "nic_ip": "29.1.0.1"}]},
+             "node-two": {"chips": [{"device_id": 0, "nic_ip": "29.1.0.2"}, {"device_id": 1, "nic_ip": None}]}}
+    hosts = [InventoryHost("node-head", "192.168.9.1", 22), InventoryHost("node-two", "192.168.9.2", 2222)]
+    peers = network_peers(parts, hosts, nodes)
+    # Each host checks the others at their serving addresses, from its serving interface, and their NPU NICs.
+    assert json.loads(peers["node-two"]) == {"ifname": parts[1].host.ifname, "peers": [
+        {"name": "node-head", "address": parts[0].host.address, "port": 22, "npu_ips": {"0": "29.1.0.1"}}]}
+    assert json.loads(peers["node-head"])["peers"][0]["port"] == 2222
     extravars = launch_extravars("demo", "serve", parts, manifest, service_user="npuops", cluster_wait_s=300,
-                                 ready_wait_s=1800)
+                                 ready_wait_s=1800, peers=peers)
     assert extravars == {
+        "npuops_peers": peers,
         "npuops_group": "serve", "npuops_instance": "demo", "npuops_first_host": "node-head",
         "npuops_strategy": "ray", "npuops_files": manifest,
         "npuops_units": {"node-head": ["npuops-demo-ray.service", "npuops-demo.service"],
