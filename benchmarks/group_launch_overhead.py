@@ -1,5 +1,4 @@
-"""Time to a healthy endpoint over two hosts: `npuops launch -i INVENTORY --group fleet --multinode dp` versus the same
-two engines started by hand.
+"""Time to a healthy endpoint on two hosts: `npuops launch -i INV --group` (data parallel) versus the engines by hand.
 
 Two real SSH test hosts (tests/provision/ssh_hosts.py: network namespaces with their own sshd, /etc, /var and /run;
 needs root) serve the tiny demo model (npuops.demo_model) with vLLM's native data parallel -- a leader (API server,

@@ -25,6 +25,8 @@ def _problem(status: dict[str, Any]) -> str | None:
         return f"{name}: {ray['error']}"
     if ray and ray.get("missing"):
         return f"{name}: no live Ray node on {', '.join(ray['missing'])}"
+    if ray and ray.get("short"):
+        return f"{name}: the Ray nodes of {', '.join(ray['short'])} offer fewer resources than the engine needs"
     if state == "unhealthy":
         return f"{name} runs but does not answer /health"
     return None

@@ -110,7 +110,8 @@ def render_group_status_text(name: str, group: str, view: Mapping[str, Any]) -> 
             lines.append(f"ray: {ray['error']}")
         else:
             lines.append(f"ray: {ray['nodes']}/{ray['expected']} nodes alive"
-                         + (f"; missing: {', '.join(ray['missing'])}" if ray["missing"] else ""))
+                         + (f"; missing: {', '.join(ray['missing'])}" if ray["missing"] else "")
+                         + (f"; offering too little: {', '.join(ray['short'])}" if ray.get("short") else ""))
     return "\n".join(lines)
 
 

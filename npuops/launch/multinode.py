@@ -63,6 +63,14 @@ class HostPart:
                 "files": [{"path": str(f.path), "mode": f"{f.mode:04o}"} for f in self.files]}
 
 
+def node_resources(devices: Sequence[int], override: Mapping[str, float] | None) -> dict[str, float]:
+    """What each Ray node advertises: Ray's accelerator resource for Ascend NPUs, one "NPU" per chip (the engine's
+    placement group asks for one per worker), unless the operator says otherwise."""
+    if override is not None:
+        return dict(override)
+    return {"NPU": float(len(devices))} if devices else {}
+
+
 def ray_unit_name(name: str) -> str:
     return f"npuops-{name}-ray.service"
 
@@ -132,7 +140,9 @@ def render_cluster(
         "endpoint_host": head.name,
     }
     if ray:
-        common.update(ray_unit=ray_unit, ray_address=ray_address, ray_command=list(ray_command))
+        devices = plan.replicas[0].devices if plan.replicas and plan.target.kind == "npu" else ()
+        common.update(ray_unit=ray_unit, ray_address=ray_address, ray_command=list(ray_command),
+                      ray_resources=node_resources(devices, ray_resources))
     parts = []
     for rank, host in enumerate(hosts):
         env = host_environment(host, ray=ray)
@@ -182,8 +192,7 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
     else:
         argv += ["--address", ray_address]
     devices = list(record.devices)
-    # Ray's accelerator resource for Ascend NPUs: the engine's placement group asks for one "NPU" per worker.
-    resources = dict(ray_resources) if ray_resources is not None else ({"NPU": len(devices)} if devices else {})
+    resources = node_resources(devices, ray_resources)
     if resources:
         argv += ["--resources", json.dumps(resources, separators=(",", ":"))]
     ray_env_path = record.directory / RAY_ENV_FILE

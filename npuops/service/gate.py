@@ -137,12 +137,13 @@ def check_ray_cluster(record: InstanceRecord, *, wait_s: float = RAY_JOIN_WAIT_S
     if state.get("complete"):
         return _outcome("ray-cluster", title, Severity.CRITICAL, Result.passed(
             f"{state['nodes']}/{state['expected']} Ray nodes alive ({', '.join(state['alive'])})"), started)
-    missing = ", ".join(state.get("missing") or []) or "?"
+    missing = ", ".join((state.get("missing") or []) + (state.get("short") or [])) or "?"
     error = state.get("error")
     ray_unit = record.ray_unit or "the Ray unit"
     return _outcome("ray-cluster", title, Severity.CRITICAL, Result.fail(
         (f"the Ray cluster cannot be asked: {error}" if error else
-         f"after {wait_s:.0f} s, no live Ray node on {missing}"),
+         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.get('missing') or [])}" if state.get("missing")
+         else f"the Ray nodes of {missing} offer less than {record.cluster.get('ray_resources')}"),
         f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
         f"{record.cluster.get('ray_address')} (`npuops doctor -i INVENTORY --group {record.cluster.get('group')}` "
         "checks the network between the hosts)", missing=state.get("missing"), address=state.get("address")),

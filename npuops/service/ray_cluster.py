@@ -72,10 +72,15 @@ def parse_ray_nodes(text: str) -> list[RayNode]:
     return nodes
 
 
-def cluster_state(expected: Sequence[Mapping[str, Any]], nodes: Sequence[RayNode]) -> dict[str, Any]:
-    """Which of the expected hosts ({"name", "address"}) have a live Ray node. Ray keeps dead nodes in its table;
-    a host whose node died and came back has one dead and one live entry, and counts as alive. Pure."""
+def cluster_state(expected: Sequence[Mapping[str, Any]], nodes: Sequence[RayNode],
+                  resources: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Which of the expected hosts ({"name", "address"}) have a live Ray node, and, given the resources each node
+    should advertise (e.g. {"NPU": 8}), which live nodes offer less. Ray keeps dead nodes in its table; a host whose
+    node died and came back has one dead and one live entry, and counts as alive. Pure."""
     live = {n.address for n in nodes if n.alive}
+    offered = {n.address: n.resources for n in nodes if n.alive}
+    short = [str(h["name"]) for h in expected if h["address"] in offered and any(
+        offered[h["address"]].get(key, 0.0) < amount for key, amount in (resources or {}).items())]
     dead = {n.address for n in nodes if not n.alive} - live
     alive_hosts = [str(h["name"]) for h in expected if h["address"] in live]
     missing = [str(h["name"]) for h in expected if h["address"] not in live]
@@ -83,7 +88,9 @@ def cluster_state(expected: Sequence[Mapping[str, Any]], nodes: Sequence[RayNode
     known = {str(h["address"]) for h in expected}
     strangers = sorted(a for a in live if a not in known)
     return {
-        "complete": not missing,
+        # Complete: every host's node is alive and offers what the engine's placement group will ask for.
+        "complete": not missing and not short,
+        "short": short,
         "alive": alive_hosts,
         "missing": missing,
         "lost": lost,  # missing hosts whose node was there and died (vs never joined)
@@ -103,9 +110,9 @@ def probe_ray_cluster(cluster: Mapping[str, Any], *, timeout_s: float = _PROBE_T
     expected = list(cluster.get("nodes") or [])
     address = str(cluster.get("ray_address") or "")
     python = ray_python(list(cluster.get("ray_command") or []))
-    base: dict[str, Any] = {"complete": False, "alive": [], "missing": [str(h.get("name")) for h in expected],
-                            "lost": [], "unexpected": [], "nodes": 0, "expected": len(expected),
-                            "address": address}
+    base: dict[str, Any] = {"complete": False, "short": [], "alive": [],
+                            "missing": [str(h.get("name")) for h in expected], "lost": [], "unexpected": [],
+                            "nodes": 0, "expected": len(expected), "address": address}
     try:
         done = subprocess.run([python, "-c", RAY_NODES_SCRIPT, address], capture_output=True, text=True,
                               timeout=timeout_s, check=False, env=_probe_env())
@@ -120,7 +127,8 @@ def probe_ray_cluster(cluster: Mapping[str, Any], *, timeout_s: float = _PROBE_T
         nodes = parse_ray_nodes(done.stdout)
     except RayNodesError as exc:
         return {**base, "error": str(exc)}
-    return {**cluster_state(expected, nodes), "address": address}
+    resources = cluster.get("ray_resources") or None
+    return {**cluster_state(expected, nodes, resources), "address": address}
 
 
 def _probe_env() -> dict[str, str]:

@@ -147,7 +147,8 @@ def render_status_text(status: dict[str, Any]) -> str:
                 missing = ", ".join(ray["missing"])
                 lines.append(f"  ray       {ray['nodes']}/{ray['expected']} nodes alive"
                              + (f"; missing: {missing}" if missing else "")
-                             + (f" (lost: {', '.join(ray['lost'])})" if ray["lost"] else ""))
+                             + (f" (lost: {', '.join(ray['lost'])})" if ray["lost"] else "")
+                             + (f"; offering too little: {', '.join(ray['short'])}" if ray.get("short") else ""))
     diagnosis = status.get("diagnosis")
     if diagnosis:
         exit_info = status.get("exit") or {}

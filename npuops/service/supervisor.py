@@ -331,9 +331,14 @@ class Supervisor:
                 probe = self.options.cluster_probe or probe_ray_cluster
                 state = probe(self.record.cluster)
                 self._state["cluster"] = {k: state.get(k) for k in ("complete", "alive", "missing", "lost", "error")}
-                self._cluster_problem = "" if state.get("complete") else (
-                    f"Ray node(s) lost on {', '.join(state.get('missing') or [])}" if not state.get("error")
-                    else f"the Ray cluster cannot be asked ({state['error']})")
+                if state.get("complete"):
+                    self._cluster_problem = ""
+                elif state.get("error"):
+                    self._cluster_problem = f"the Ray cluster cannot be asked ({state['error']})"
+                elif state.get("missing"):
+                    self._cluster_problem = f"Ray node(s) lost on {', '.join(state['missing'])}"
+                else:
+                    self._cluster_problem = f"the Ray nodes of {', '.join(state.get('short') or [])} offer too little"
             if self._cluster_problem:
                 return False, self._cluster_problem
         return True, ""

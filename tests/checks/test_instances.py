@@ -27,6 +27,8 @@ def status(state: str, **extra: Any) -> dict[str, Any]:
     (status("healthy", cluster={"ray": {"error": "cannot reach the Ray head at 10.0.0.1:6379: refused"}}),
      "qwen: cannot reach the Ray head at 10.0.0.1:6379: refused"),
     (status("healthy", cluster={"strategy": "dp"}), None),
+    (status("healthy", cluster={"ray": {"complete": False, "missing": [], "short": ["node-b"]}}),
+     "qwen: the Ray nodes of node-b offer fewer resources than the engine needs"),
 ])
 def test_problem(document: dict[str, Any], expected: str | None) -> None:
     assert _problem(document) == expected

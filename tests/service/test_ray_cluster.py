@@ -116,8 +116,17 @@ def test_malformed_resources_are_a_ray_nodes_error(resources: str) -> None:
 
 def test_all_alive_is_complete() -> None:
     state = cluster_state(HOSTS, parse_ray_nodes(THREE_ALIVE.read_text()))
-    assert state == {"complete": True, "alive": ["h1", "h2", "h3"], "missing": [], "lost": [], "unexpected": [],
-                     "nodes": 3, "expected": 3}
+    assert state == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
+                     "unexpected": [], "nodes": 3, "expected": 3}
+
+
+def test_a_node_that_offers_too_little_keeps_the_cluster_incomplete() -> None:
+    """The recorded nodes offer 1 CPU and no NPU: a cluster whose engine needs {"NPU": 8} per node is not ready,
+    and every such host is named; one that needs a CPU each is."""
+    nodes = parse_ray_nodes(THREE_ALIVE.read_text())
+    state = cluster_state(HOSTS, nodes, {"NPU": 8})
+    assert state["complete"] is False and state["short"] == ["h1", "h2", "h3"] and state["missing"] == []
+    assert cluster_state(HOSTS, nodes, {"CPU": 1})["complete"] is True
 
 
 def test_a_host_whose_node_died_is_missing_and_lost() -> None:
@@ -181,8 +190,8 @@ def test_probe_reads_a_recorded_listing(tmp_path: Path, monkeypatch: pytest.Monk
                                                           f'cat "{THREE_ALIVE}"\n')
     assert ray_python(ray_command) == str(tmp_path / "venv" / "bin" / "python")
     state = probe_ray_cluster(_cluster(ray_command))
-    assert state == {"complete": True, "alive": ["h1", "h2", "h3"], "missing": [], "lost": [], "unexpected": [],
-                     "nodes": 3, "expected": 3, "address": "10.213.0.11:6379"}
+    assert state == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
+                     "unexpected": [], "nodes": 3, "expected": 3, "address": "10.213.0.11:6379"}
     args = (tmp_path / "seen.args").read_text().split("\n")
     assert args[0] == "-c" and args[-2] == "10.213.0.11:6379"
     assert (tmp_path / "seen.env").read_text().strip() == "RAY_ADDRESS=unset"
