@@ -21,12 +21,14 @@ run on this machine, so the wall clocks of the controller, the Ansible artifacts
 A's time splits into: npuops before the playbook (node facts, plan, render: the start of launch-group.yml in the
 artifacts' events), the playbook until the leader's supervisor starts vllm serve (copies, daemon-reload, the units,
 the start gate: the supervisor's status file on the leader), the engine until /health (the same file), and the
-detection (the playbook asks `npuops status` every 3 s) until `npuops launch` returned.
+playbook's own check (`npuops status` on the leader, every 3 s) and wrap-up until `npuops launch` returned.
 
 The runs alternate A B A B ... so drift on a noisy machine hits both; the ratio of the medians is what to read. An
 untimed B start comes first (--warmup, default 1): the first start on a host fills vLLM's cache
 (/var/cache/npuops-NAME/vllm on each host, which A's units and B share) and the page cache, and A would pay it.
-Each start of the two engines takes 60-90 s on 2 cores: the default (1 warm-up, 1 run each) takes ~6 minutes.
+The longest tasks of launch-group.yml (the artifacts' durations, the slowest host) are listed too: `Start the engine
+unit` spans the engine's start when the service manager blocks until READY. Both engines start in 45-65 s on 2 idle
+cores: the default (1 warm-up, 1 run each) takes ~4 minutes.
 
     .venv/bin/python benchmarks/group_launch_overhead.py [--runs 1] [--warmup 1] [--keep]
 """
@@ -46,7 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -138,6 +140,7 @@ class GroupRun:
     engine_s: float | None = None  # the leader's vllm serve started until its first /health 200 (supervisor)
     detect_s: float | None = None  # that first 200 until `npuops launch` returned
     same_files: bool | None = None  # the installed vllm.yaml and env equal the ones B renders
+    task_s: dict[str, float] = field(default_factory=dict)  # launch-group.yml: each task's slowest host
 
 
 @dataclass
@@ -233,6 +236,23 @@ def playbook_marks(artifacts: Path) -> dict[str, float]:
     return marks
 
 
+def task_durations(artifacts: Path, playbook: str) -> dict[str, float]:
+    """Each task's duration on its slowest host (the runner_on_* events' `duration`) in the runs of `playbook`."""
+    durations: dict[str, float] = {}
+    for path in artifacts.glob("*/job_events/*.json"):
+        try:
+            event = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        data = event.get("event_data") or {}
+        if (not str(event.get("event", "")).startswith("runner_on_") or Path(str(data.get("playbook"))).name != playbook
+                or not isinstance(data.get("duration"), (int, float))):
+            continue
+        task = str(data.get("task"))
+        durations[task] = max(durations.get(task, 0.0), float(data["duration"]))
+    return durations
+
+
 def unit_environment(unit_text: str) -> tuple[dict[str, str], str]:
     """The Environment= variables (systemd specifiers resolved as for a system unit) and the WorkingDirectory= of a
     rendered unit."""
@@ -280,14 +300,14 @@ def spawn_in_host(fleet: TestFleet, engine: HostEngine, log: Path) -> int:
 
 
 def alive_in_host(fleet: TestFleet, host: str, pid: int) -> bool:
-    return fleet.run(host, ["kill", "-0", str(pid)], timeout=30).returncode == 0
+    return fleet.run(host, f"kill -0 {pid} 2>/dev/null", timeout=30).returncode == 0
 
 
 def stop_in_hosts(fleet: TestFleet, pids: Mapping[str, int]) -> float:
     """SIGTERM to every engine, SIGKILL to its group after STOP_TIMEOUT_S, then whatever is left of each group goes."""
     started = time.perf_counter()
     for host, pid in pids.items():
-        fleet.run(host, ["kill", "-TERM", str(pid)], timeout=30)
+        fleet.run(host, f"kill -TERM {pid} 2>/dev/null", timeout=30)
     deadline = started + STOP_TIMEOUT_S
     waiting = dict(pids)
     while waiting and time.perf_counter() < deadline:
@@ -298,7 +318,7 @@ def stop_in_hosts(fleet: TestFleet, pids: Mapping[str, int]) -> float:
     for host, pid in waiting.items():
         print(f"  ({host}: pid {pid} did not stop within {STOP_TIMEOUT_S:.0f} s: killing its group)", flush=True)
     for host, pid in pids.items():
-        fleet.run(host, ["kill", "-KILL", "--", f"-{pid}"], timeout=30)
+        fleet.run(host, f"kill -KILL -- -{pid} 2>/dev/null", timeout=30)
     return elapsed
 
 
@@ -320,7 +340,7 @@ def wait_quiet(fleet: TestFleet) -> list[str]:
             killed = []
             for host, found in left.items():
                 for pid, cmd in found:
-                    fleet.run(host, ["kill", "-KILL", str(pid)], timeout=30)
+                    fleet.run(host, f"kill -KILL {int(pid)} 2>/dev/null", timeout=30)
                     killed.append(f"{host}: {pid} {cmd}")
             return killed
         time.sleep(0.5)
@@ -442,6 +462,7 @@ class Bench:
                                  f"; endpoint: {report.get('endpoint')}; {stem}.err:\n{tail(stem.with_suffix('.err'))}")
             run = GroupRun(returned - started, 0.0)
             marks = playbook_marks(artifacts)
+            run.task_s = task_durations(artifacts, "launch-group.yml")
             if "node-facts.yml:start" in marks and "node-facts.yml:end" in marks:
                 run.facts_s = marks["node-facts.yml:end"] - marks["node-facts.yml:start"]
             if "launch-group.yml:start" in marks:
@@ -468,9 +489,42 @@ class Bench:
         return run, installed
 
 
+def print_summary(a_runs: Sequence[GroupRun], b_runs: Sequence[HandRun]) -> None:
+    a_med = statistics.median(r.seconds for r in a_runs)
+    b_med = statistics.median(r.seconds for r in b_runs)
+    print(f"median over {len(a_runs)} run(s):")
+    print(f"  A  npuops launch -i ... --group, until it returned:  {a_med:6.2f} s")
+    print(f"  B  vllm serve by hand on both hosts, until /health:  {b_med:6.2f} s")
+    print(f"  ratio A/B: {a_med / b_med:.3f}  (A - B: {a_med - b_med:+.2f} s)")
+    parts = [
+        ("spawn -> launch-group.yml starts (node facts, plan, render)", median_of([r.pre_playbook_s for r in a_runs])),
+        ("  of which node-facts.yml", median_of([r.facts_s for r in a_runs])),
+        ("spawn -> the leader's vllm serve starts (+ copies, units, start gate)",
+         median_of([r.pre_engine_s for r in a_runs])),
+        ("the leader's vllm serve -> its first /health 200 (its supervisor)", median_of([r.engine_s for r in a_runs])),
+        ("that 200 -> npuops launch returned (status check, wrap-up)", median_of([r.detect_s for r in a_runs])),
+    ]
+    print("  A, split by the artifacts' events and the leader's supervisor.json:")
+    for label, value in parts:
+        share = f"  ({value / a_med:.1%} of A)" if value is not None else ""
+        print(f"    {label + ':':<70} {cell(value, 6)} s{share}")
+    slow = sorted(((t, statistics.median(r.task_s.get(t, 0.0) for r in a_runs)) for t in {t for r in a_runs
+                                                                                         for t in r.task_s}),
+                  key=lambda ts: -ts[1])
+    print("  launch-group.yml's longest tasks (slowest host):")
+    for task, seconds in [ts for ts in slow if ts[1] >= 0.5][:6]:
+        print(f"    {task + ':':<70} {seconds:6.1f} s")
+    print(f"  npuops launch --dry-run -i ... alone (node facts, plan, render): "
+          f"{statistics.median(r.render_s for r in b_runs):.2f} s")
+    print(f"  stop: npuops stop -i ... --group {statistics.median(r.stop_s for r in a_runs):.2f} s, "
+          f"SIGTERM by hand {statistics.median(r.stop_s for r in b_runs):.2f} s")
+    if not all(r.same_files for r in a_runs):
+        print("  note: the vllm.yaml or env A installed differed from the ones B rendered")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1, help="A/B pairs (each start of the engines takes 60-90 s)")
+    parser.add_argument("--runs", type=int, default=1, help="A/B pairs (each start of the engines takes 45-65 s)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed B starts first, to fill the caches A and B share on each host (default 1)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for /health per start")
@@ -542,30 +596,7 @@ def main() -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    a_med = statistics.median(r.seconds for r in a_runs)
-    b_med = statistics.median(r.seconds for r in b_runs)
-    print(f"median over {args.runs} run(s):")
-    print(f"  A  npuops launch -i ... --group, until it returned:  {a_med:6.2f} s")
-    print(f"  B  vllm serve by hand on both hosts, until /health:  {b_med:6.2f} s")
-    print(f"  ratio A/B: {a_med / b_med:.3f}  (A - B: {a_med - b_med:+.2f} s)")
-    parts = [
-        ("npuops before the playbook (node facts, plan, render)", median_of([r.pre_playbook_s for r in a_runs])),
-        ("  of which node-facts.yml", median_of([r.facts_s for r in a_runs])),
-        ("until the leader's engine started (+ copies, units, start gate)",
-         median_of([r.pre_engine_s for r in a_runs])),
-        ("the leader's engine until /health (its supervisor)", median_of([r.engine_s for r in a_runs])),
-        ("/health until npuops launch returned (3 s polls, wrap-up)", median_of([r.detect_s for r in a_runs])),
-    ]
-    print("  A's parts, from its start:")
-    for label, value in parts:
-        share = f"  ({value / a_med:.1%} of A)" if value is not None else ""
-        print(f"    {label + ':':<66} {cell(value, 6)} s{share}")
-    print(f"  npuops launch --dry-run -i ... alone (node facts, plan, render): "
-          f"{statistics.median(r.render_s for r in b_runs):.2f} s")
-    print(f"  stop: npuops stop -i ... --group {statistics.median(r.stop_s for r in a_runs):.2f} s, "
-          f"SIGTERM by hand {statistics.median(r.stop_s for r in b_runs):.2f} s")
-    if not all(r.same_files for r in a_runs):
-        print("  note: the vllm.yaml or env A installed differed from the ones B rendered")
+    print_summary(a_runs, b_runs)
     return 0
 
 

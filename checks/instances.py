@@ -13,23 +13,24 @@ from npuops.doctor.model import Check, Result, Severity
 
 
 def _problem(status: dict[str, Any]) -> str | None:
-    """What is wrong with one instance's part here, or None. Pure."""
+    """What is wrong with one instance's part here, or None. A missing Ray node comes first: it is usually why the
+    head's engine failed, and it names the host to look at. Pure."""
     name = status["name"]
     state = str(status.get("state") or "")
     diagnosis = status.get("diagnosis") or {}
-    if state == "failed":
-        cause = f": [{diagnosis.get('id')}] {diagnosis.get('cause')}" if diagnosis else ""
-        return f"{name} failed{cause}"
     ray = (status.get("cluster") or {}).get("ray") or {}
+    problems = []
     if ray.get("error"):
-        return f"{name}: {ray['error']}"
-    if ray and ray.get("missing"):
-        return f"{name}: no live Ray node on {', '.join(ray['missing'])}"
-    if ray and ray.get("short"):
-        return f"{name}: the Ray nodes of {', '.join(ray['short'])} offer fewer resources than the engine needs"
-    if state == "unhealthy":
-        return f"{name} runs but does not answer /health"
-    return None
+        problems.append(str(ray["error"]))
+    elif ray.get("missing"):
+        problems.append(f"no live Ray node on {', '.join(ray['missing'])}")
+    elif ray.get("short"):
+        problems.append(f"the Ray nodes of {', '.join(ray['short'])} offer fewer resources than the engine needs")
+    if state == "failed":
+        problems.append("failed" + (f": [{diagnosis.get('id')}] {diagnosis.get('cause')}" if diagnosis else ""))
+    elif state == "unhealthy":
+        problems.append("runs but does not answer /health")
+    return f"{name}: {'; '.join(problems)}" if problems else None
 
 
 class InstancesHealthy(Check):

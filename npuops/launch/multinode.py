@@ -183,6 +183,10 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
     record = instance.record
     # The Ray node's environment: what the engine's workers (Ray actors it starts) need, without the API key.
     node_env = {k: v for k, v in instance.environment.items() if k not in ("VLLM_API_KEY", "RAY_ADDRESS")}
+    if rank == 0:
+        # Stopped, a Ray head first tries to drain itself through its own control store, which is going away with
+        # it: 30 s of "Timed out while waiting for GCS" by default, for nothing (the engine stopped before it).
+        node_env.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     runtime = ray_runtime_directory(spec.name)
     state_directory = f"npuops-{spec.name}-ray"
     argv = [*ray_command, "start", "--block", "--node-ip-address", host.address, "--temp-dir", f"/run/{runtime}",
