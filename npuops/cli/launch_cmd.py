@@ -257,8 +257,11 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
                       manager=MANAGER_SYSTEMD, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
                       extra_env=extra_env)
     ray_command = (str(Path(vllm_bin).parent / "ray"),)
+    import secrets
+
+    # A new token per launch: Ray's token authentication, so only the group's own processes join the cluster.
     parts = render_group(plan_result, spec, hosts, ordered, group=group, ray_command=ray_command,
-                         unit_dir=settings.unit_dir, ray_resources=ray_resources)
+                         unit_dir=settings.unit_dir, ray_resources=ray_resources, ray_token=secrets.token_hex(32))
     launch_state = GroupLaunch(group=group, name=name, plan=plan_result, parts=parts)
     if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
         launch_state.notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use "

@@ -202,11 +202,11 @@ def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest:
 
 def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], nodes: Mapping[str, Mapping[str, Any]],
                  *, group: str, ray_command: tuple[str, ...], unit_dir: Path,
-                 ray_resources: Mapping[str, float] | None = None) -> list[HostPart]:
+                 ray_resources: Mapping[str, float] | None = None, ray_token: str | None = None) -> list[HostPart]:
     cluster_hosts = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
     env_files = (ASCEND_ENV_FILE,) if plan.target.kind == "npu" else ()
     return render_cluster(plan, spec, cluster_hosts, group=group, ray_command=ray_command, unit_dir=unit_dir,
-                          env_files=env_files, ray_resources=ray_resources)
+                          env_files=env_files, ray_resources=ray_resources, ray_token=ray_token)
 
 
 def parse_ray_resources(text: str | None) -> dict[str, float] | None:

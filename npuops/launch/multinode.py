@@ -71,6 +71,11 @@ def node_resources(devices: Sequence[int], override: Mapping[str, float] | None)
     return {"NPU": float(len(devices))} if devices else {}
 
 
+def ray_auth_environment(token: str) -> dict[str, str]:
+    """Ray's token authentication: every node, the engine (a Ray driver) and npuops' probe present the token."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+
+
 def ray_unit_name(name: str) -> str:
     return f"npuops-{name}-ray.service"
 
@@ -122,8 +127,12 @@ def render_cluster(
     rpc_port: int = DP_RPC_PORT,
     env_files: tuple[Path, ...] = (),
     ray_resources: Mapping[str, float] | None = None,
+    ray_token: str | None = None,
 ) -> list[HostPart]:
-    """Every host's files and units for the plan's cluster, the first host being the head or leader."""
+    """Every host's files and units for the plan's cluster, the first host being the head or leader.
+
+    `ray_token`: Ray's token authentication for the cluster (RAY_AUTH_MODE=token). Without it anyone who reaches the
+    head's port can run code on every node; with it the token lives only in the 0600 env files."""
     _check_hosts(plan, hosts)
     cluster = plan.cluster
     assert cluster is not None
@@ -142,10 +151,15 @@ def render_cluster(
     if ray:
         devices = plan.replicas[0].devices if plan.replicas and plan.target.kind == "npu" else ()
         common.update(ray_unit=ray_unit, ray_address=ray_address, ray_command=list(ray_command),
-                      ray_resources=node_resources(devices, ray_resources))
+                      ray_resources=node_resources(devices, ray_resources),
+                      # Where the token is (the file, never the token): `npuops status` reads it as root.
+                      ray_auth="token" if ray_token else "none",
+                      ray_env_file=str(spec.state_dir / spec.name / RAY_ENV_FILE))
     parts = []
     for rank, host in enumerate(hosts):
         env = host_environment(host, ray=ray)
+        if ray and ray_token:
+            env.update(ray_auth_environment(ray_token))
         membership = {**common, "rank": rank, "role": roles[rank]}
         if ray:
             parts.append(_ray_part(plan, spec, host, rank, roles[rank], env, membership, unit_dir, ray_command,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npuops.envfile import parse_env_file
+
 # Connects as a short-lived driver (no dashboard needed), prints the node table as JSON, exits.
 RAY_NODES_SCRIPT = (
     "import json, sys\n"
@@ -105,6 +107,26 @@ def ray_python(ray_command: Sequence[str]) -> str:
     return str(Path(ray_command[0]).parent / "python") if ray_command else "python3"
 
 
+def ray_auth_env(cluster: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str] | str:
+    """The token variables the probe needs to join a token-authenticated cluster: from this process's environment
+    (the supervisor gets them from its env file), else from the instance's Ray env file (0600: root reads it);
+    a message when neither has them."""
+    if cluster.get("ray_auth") != "token":
+        return {}
+    if environ.get("RAY_AUTH_TOKEN"):
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": environ["RAY_AUTH_TOKEN"]}
+    path = str(cluster.get("ray_env_file") or "")
+    try:
+        values = parse_env_file(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        return f"cannot read the cluster's Ray token in {path or '(no file recorded)'}: {reason} (run as root)"
+    token = values.get("RAY_AUTH_TOKEN")
+    if not token:
+        return f"{path} holds no RAY_AUTH_TOKEN: re-launch the instance"
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+
+
 def probe_ray_cluster(cluster: Mapping[str, Any], *, timeout_s: float = _PROBE_TIMEOUT_S) -> dict[str, Any]:
     """The state of a record's Ray cluster: cluster_state(...) plus `error` when the head cannot be asked."""
     expected = list(cluster.get("nodes") or [])
@@ -113,9 +135,13 @@ def probe_ray_cluster(cluster: Mapping[str, Any], *, timeout_s: float = _PROBE_T
     base: dict[str, Any] = {"complete": False, "short": [], "alive": [],
                             "missing": [str(h.get("name")) for h in expected], "lost": [], "unexpected": [],
                             "nodes": 0, "expected": len(expected), "address": address}
+    auth = ray_auth_env(cluster, os.environ)
+    if isinstance(auth, str):
+        return {**base, "error": auth}
     try:
+        # The token goes through the environment, never the command line.
         done = subprocess.run([python, "-c", RAY_NODES_SCRIPT, address], capture_output=True, text=True,
-                              timeout=timeout_s, check=False, env=_probe_env())
+                              timeout=timeout_s, check=False, env={**_probe_env(), **auth})
     except FileNotFoundError:
         return {**base, "error": f"{python} does not exist (the Ray venv of the instance)"}
     except subprocess.TimeoutExpired:

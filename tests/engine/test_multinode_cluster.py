@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from npuops.service.ray_cluster import RAY_NODES_SCRIPT
 from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -114,13 +115,18 @@ def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, eng
                          timeout=180)
         assert done.returncode == 0, done
         assert json.loads(done.stdout)["tokens"] == 8
-        # Ray itself: both nodes joined, and the engine's placement group holds both nodes' NPU resource.
-        ray_status = fleet.run(head, f"{engine_python.parent / 'ray'} status --address "
-                                     f"{fleet.host(head).address}:6379", timeout=120)
+        # Ray itself: both nodes joined, and the engine's placement group holds both nodes' NPU resource. The cluster
+        # takes the launch's token (token authentication): with it from the 0600 env file `ray status` answers ...
+        address = f"{fleet.host(head).address}:6379"
+        ray_status = fleet.run(head, f"set -a; . /etc/npuops/{name}/ray.env; set +a; "
+                                     f"{engine_python.parent / 'ray'} status --address {address}", timeout=120)
         assert active_ray_nodes(ray_status.stdout) == 2, ray_status.stdout
         assert "2.0/2.0 NPU" in ray_status.stdout, ray_status.stdout
         rc, view = group_status_of(inventory, artifacts, name)
         assert rc == 0 and view["ok"] and view["down"] == [], view
+        # ... and a driver without it is turned away.
+        stranger = fleet.run(head, [str(engine_python), "-c", RAY_NODES_SCRIPT, address], timeout=120)
+        assert stranger.returncode != 0 and "ConnectionError" in stranger.stderr, stranger
 
         # The worker's node goes: the head's engine loses its second stage, and the group status names the host.
         done = fleet.run(worker, f"{SYSTEMCTL} stop npuops-{name}-ray.service", timeout=120)

@@ -504,3 +504,22 @@ def test_dump_parts_writes_every_host_with_a_manifest(dp_plan: Plan, tmp_path: P
             assert path.read_text() == f.text
             assert stat.S_IMODE(path.stat().st_mode) == f.mode
     assert json.loads((tmp_path / "out" / "node-two" / "manifest.json").read_text())["role"] == "follower"
+
+
+def test_ray_token_authentication(ray_plan: Plan) -> None:
+    """With a token every Ray node and the engine (a Ray driver) run with RAY_AUTH_MODE=token; the token is only in
+    the 0600 env files, never in a unit, a record or a command line."""
+    token = "a1" * 32
+    parts = _render(ray_plan, _spec(api_key="secret-key"), ray_token=token)
+    for part in parts:
+        for placed in part.files:
+            if placed.path.name in ("env", "ray.env"):
+                assert f'RAY_AUTH_TOKEN="{token}"' in placed.text and 'RAY_AUTH_MODE="token"' in placed.text
+                assert placed.mode == 0o600
+            else:
+                assert token not in placed.text, placed.path
+        cluster = part.record.cluster
+        assert cluster["ray_auth"] == "token" and cluster["ray_env_file"] == "/etc/npuops/demo/ray.env"
+    without = _render(ray_plan)
+    assert without[0].record.cluster["ray_auth"] == "none"
+    assert all("RAY_AUTH" not in placed.text for part in without for placed in part.files)

@@ -418,3 +418,34 @@ def test_supervisor_headless_engine_is_up_once_settled_without_http(tmp_path: Pa
     assert settled._probe(False)[0] is True and settled._probe(True)[0] is True
     assert seen == [] and calls == []
 
+
+
+def test_ray_auth_env_comes_from_the_environment_or_the_env_file(tmp_path: Path) -> None:
+    from npuops.service.ray_cluster import ray_auth_env
+
+    env_file = tmp_path / "ray.env"
+    env_file.write_text('# the instance\'s Ray node environment\nRAY_AUTH_MODE="token"\nRAY_AUTH_TOKEN="t0k"\n')
+    cluster = {"ray_auth": "token", "ray_env_file": str(env_file)}
+    assert ray_auth_env({"ray_auth": "none"}, {}) == {}
+    assert ray_auth_env(cluster, {}) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "t0k"}
+    # The supervisor has it in its own environment (its env file): that wins, the file is not read.
+    assert ray_auth_env({**cluster, "ray_env_file": "/nonexistent"}, {"RAY_AUTH_TOKEN": "e"})["RAY_AUTH_TOKEN"] == "e"
+    unreadable = ray_auth_env({**cluster, "ray_env_file": str(tmp_path / "missing.env")}, {})
+    assert isinstance(unreadable, str) and "cannot read the cluster's Ray token" in unreadable
+    env_file.write_text('RAY_AUTH_MODE="token"\n')
+    assert "holds no RAY_AUTH_TOKEN" in str(ray_auth_env(cluster, {}))
+
+
+def test_the_probe_passes_the_token_in_its_environment_only(tmp_path: Path) -> None:
+    env_file = tmp_path / "ray.env"
+    env_file.write_text('RAY_AUTH_MODE="token"\nRAY_AUTH_TOKEN="t0k"\n')
+    seen = tmp_path / "seen"
+    ray_command = _fake_python(tmp_path / "venv" / "bin", f'printf "%s\\n" "$@" > "{seen}.args"\n'
+                                                          f'echo "$RAY_AUTH_MODE $RAY_AUTH_TOKEN" > "{seen}.env"\n'
+                                                          f'cat "{THREE_ALIVE}"\n')
+    state = probe_ray_cluster({**_cluster(ray_command), "ray_auth": "token", "ray_env_file": str(env_file)})
+    assert state["complete"] is True
+    assert (tmp_path / "seen.env").read_text().strip() == "token t0k"
+    assert "t0k" not in (tmp_path / "seen.args").read_text()
+    failed = probe_ray_cluster({**_cluster(ray_command), "ray_auth": "token", "ray_env_file": str(tmp_path / "x")})
+    assert failed["complete"] is False and "cannot read the cluster's Ray token" in failed["error"]
