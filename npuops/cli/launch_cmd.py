@@ -107,6 +107,10 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         if reason:
             raise EnvironmentMissingError(reason, "run the engine in this terminal under the same supervisor with "
                                           "`npuops launch ... --foreground`, or launch on a node booted with systemd")
+    if flags.get("nodes", 1) != 1:
+        raise UsageError(f"--nodes {flags['nodes']} launches one instance over several hosts",
+                         "launch over an inventory group with -i INVENTORY --group GROUP (the group sets the count); "
+                         "`npuops plan --nodes N` shows the plan")
     plan_result = make_plan_from_flags(settings, flags)
     api_key = read_api_key_file(api_key_file) if api_key_file else None
     ascend_env, notes = _ascend_environment(settings, plan_result)

@@ -42,6 +42,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
      "--foreground and --verify are for one node"),
     (("launch", "qwen3-8b", "-i", str(INVENTORY), "--group", "serving", "--nodes", "2", "--dry-run",
       "--output", "{out}", "--ray-node-resources", "[1]"), 3, "--ray-node-resources must map"),
+    (("launch", "qwen3-8b", "--hardware", "910B3x8", "--nodes", "2", "--dry-run", "--output", "{out}"), 2,
+     "--nodes 2 launches one instance over several hosts"),
     (("status", "qwen", "-i", str(INVENTORY)), 2, "-i/--inventory and --group go together"),
     (("status", "-i", str(INVENTORY), "--group", "all"), 2, "a group needs the instance NAME"),
     (("stop", "qwen", "--group", "all"), 2, "-i/--inventory and --group go together"),
