@@ -1222,6 +1222,10 @@ def _explain_cluster_parallelism(model: ModelSpec, cluster: ClusterPlan, budget:
                       + (" (attention and the dense layers; the experts are spread by expert parallel)"
                          if cluster.expert_parallel else "")
                       + f": {per_device} of weights per device")
+        if cluster.pp == 1:
+            notes.explain("pipeline_parallel_size", 1,
+                          "one stage: each data-parallel rank runs every layer"
+                          + (", with its share of the experts" if cluster.expert_parallel else ""))
         notes.explain("data_parallel_size", cluster.dp,
                       f"{cluster.dp} data-parallel ranks, {cluster.dp_local} per node, behind the leader's one "
                       "endpoint (vLLM's --data-parallel-*; followers --headless)"

@@ -368,3 +368,10 @@ def test_text_shows_multi_node_only_for_cluster_plans(moe_dp: Plan, dense_ray: P
     assert "EP " not in ray_text.split("Multi-node:")[1].splitlines()[0]
     single = render_plan_text(_plan("qwen3-8b", 1))
     assert "Multi-node" not in single and "not ray" not in single
+
+
+def test_a_data_parallel_cluster_explains_its_single_stage() -> None:
+    plan = make_plan(load_model("qwen3-235b-a22b"), parse_hardware_spec("910B3x8", nodes=2), Workload(512, 128))
+    assert plan.cluster is not None and plan.cluster.strategy == "dp"
+    why = plan.explanation("pipeline_parallel_size").why
+    assert why == "one stage: each data-parallel rank runs every layer, with its share of the experts"
