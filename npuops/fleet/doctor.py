@@ -15,7 +15,6 @@ npuops.fleet.inventory (ansible-inventory).
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import Any, Literal
 
 from npuops.doctor.model import Status
 from npuops.errors import BadInputError, UsageError
-from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, FleetFacts, HostNode, collect_node_models
+from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, collect_node_models, failure_fix
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import HostResult, PlaybookEvent, PlaybookRun, run_playbook
 
@@ -363,14 +362,6 @@ class HostDoctor:
         return data
 
 
-def _failure_fix(result: HostResult, fallback: str) -> str:
-    failure = result.failures[-1] if result.failures else None
-    # Ansible reports an executable it cannot start as rc = errno (see runner.result_message).
-    if failure is not None and failure.rc == errno.ENOENT and failure.message.startswith("cannot execute"):
-        return FIX_NOT_FOUND
-    return fallback
-
-
 def _npuops_version(text: Any) -> str | None:
     """`npuops, version 0.1.0` -> 0.1.0."""
     value = _text(text)
@@ -403,7 +394,7 @@ def host_doctor(name: str, node_entry: HostNode | None, result: HostResult | Non
     data = data if isinstance(data, Mapping) else {}
     if result.status == "failed":
         return HostDoctor(name, "failed", None, node, result.message or "failed",
-                          _failure_fix(result, FIX_DOCTOR_FAILED), version, clock, peers)
+                          failure_fix(result, FIX_DOCTOR_FAILED), version, clock, peers)
     report = data.get("report")
     if not isinstance(report, Mapping):
         return HostDoctor(name, "failed", None, node, "the host returned no doctor report", FIX_NO_REPORT,

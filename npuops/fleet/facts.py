@@ -62,16 +62,21 @@ class FleetFacts:
                 "hosts": {name: h.to_json() for name, h in self.hosts.items()}}
 
 
+def failure_fix(result: HostResult, fallback: str = FIX_FAILED) -> str:
+    """The fix for a host whose npuops task failed: install npuops when it could not be started, else `fallback`."""
+    failure = result.failures[-1] if result.failures else None
+    # Ansible reports an executable it cannot start as rc = errno (see runner.result_message).
+    if failure is not None and failure.rc == errno.ENOENT and failure.message.startswith("cannot execute"):
+        return FIX_NOT_FOUND
+    return fallback
+
+
 def _host_node(result: HostResult) -> HostNode:
     node = result.data.get(NODE_STATS_KEY)
     if result.status == "unreachable":
         return HostNode(result.name, "unreachable", None, result.message or "unreachable", FIX_UNREACHABLE)
     if result.status == "failed":
-        failure = result.failures[-1] if result.failures else None
-        # Ansible reports an executable it cannot start as rc = errno (see runner.result_message).
-        not_found = failure is not None and failure.rc == errno.ENOENT and failure.message.startswith("cannot execute")
-        return HostNode(result.name, "failed", None, result.message or "failed",
-                        FIX_NOT_FOUND if not_found else FIX_FAILED)
+        return HostNode(result.name, "failed", None, result.message or "failed", failure_fix(result))
     if not isinstance(node, Mapping) or not all(k in node for k in _NODE_KEYS):
         # ok without a model: the hand-back task was filtered out (tags) or npuops printed something else.
         return HostNode(result.name, "failed", None, "the host returned no npuops node model",

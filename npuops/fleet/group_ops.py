@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npuops.fleet.facts import FIX_FAILED, FIX_NOT_FOUND, FIX_UNREACHABLE
+from npuops.fleet.facts import FIX_UNREACHABLE, failure_fix
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import HostStatus, PlaybookEvent, run_playbook
+from npuops.service.ray_cluster import describe_ray_state
 
 COMMAND_PLAYBOOK = "npuops-command.yml"
 
@@ -52,9 +53,8 @@ def run_on_hosts(inventory: Path, limit: str, args: Sequence[str], *, ok_rcs: Se
                                        FIX_UNREACHABLE)
         elif result.status == "failed" or not isinstance(answer, Mapping):
             failure = result.failures[-1] if result.failures else None
-            not_found = failure is not None and (failure.message or "").startswith("cannot execute")
             answers[name] = HostAnswer(name, "failed", None, failure.rc if failure else None,
-                                       result.message or "no answer", FIX_NOT_FOUND if not_found else FIX_FAILED)
+                                       result.message or "no answer", failure_fix(result))
         else:
             answers[name] = HostAnswer(name, "ok", answer, rc)
     return answers
@@ -106,12 +106,7 @@ def render_group_status_text(name: str, group: str, view: Mapping[str, Any]) -> 
         lines.append(f"endpoint: {endpoint['url']} on {endpoint['host']}: {endpoint['state']}")
     ray = view.get("ray")
     if ray:
-        if ray.get("error"):
-            lines.append(f"ray: {ray['error']}")
-        else:
-            lines.append(f"ray: {ray['nodes']}/{ray['expected']} nodes alive"
-                         + (f"; missing: {', '.join(ray['missing'])}" if ray["missing"] else "")
-                         + (f"; offering too little: {', '.join(ray['short'])}" if ray.get("short") else ""))
+        lines.append(f"ray: {describe_ray_state(ray)}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
 from npuops.launch.instance import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
 from npuops.plan.planner import Plan
+from npuops.service.ray_cluster import describe_ray_state
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
 # Inventory variables a host may set to override what npuops works out from its node model.
@@ -168,17 +169,15 @@ def stage_files(parts: Sequence[HostPart], staging: Path) -> dict[str, list[dict
 
 def network_peers(parts: Sequence[HostPart], hosts: Sequence[InventoryHost],
                   nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Each host's `npuops doctor --peers` JSON for the launch's network check: the other hosts at their serving
-    addresses (the ones HCCL and Gloo will use) and NPU NIC addresses, from this host's serving interface. Pure."""
-    from npuops.fleet.doctor import chip_nic_ips
+    """Each host's `npuops doctor --peers` JSON for the launch's network check: the fleet doctor's peers, but at the
+    serving addresses (the ones HCCL and Gloo will use) and from each host's serving interface. Pure."""
+    from npuops.fleet.doctor import build_peers
 
-    ports = {h.name: h.port for h in hosts}
-    out = {}
-    for part in parts:
-        others = [{"name": p.host.name, "address": p.host.address, "port": ports.get(p.host.name, 22),
-                   "npu_ips": chip_nic_ips(nodes.get(p.host.name))} for p in parts if p is not part]
-        out[part.host.name] = json.dumps({"ifname": part.host.ifname, "peers": others}, separators=(",", ":"))
-    return out
+    serving = {p.host.name: p.host for p in parts}
+    members = [replace(h, address=serving[h.name].address) for h in hosts if h.name in serving]
+    peers = build_peers(members, nodes)
+    return {name: json.dumps({**value, "ifname": serving[name].ifname}, separators=(",", ":"))
+            for name, value in peers.items()}
 
 
 def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest: Mapping[str, Any], *,
@@ -262,9 +261,8 @@ def render_group_text(launch: GroupLaunch) -> str:
         lines.append(f"endpoint: {endpoint.get('url')} on {launch.parts[0].host.name}: {endpoint.get('state')}")
         cluster = endpoint.get("cluster") or {}
         ray = cluster.get("ray")
-        if ray and not ray.get("error"):
-            lines.append(f"ray: {ray['nodes']}/{ray['expected']} nodes alive"
-                         + (f", missing {', '.join(ray['missing'])}" if ray["missing"] else ""))
+        if ray:
+                lines.append(f"ray: {describe_ray_state(ray)}")
     for note in launch.notes:
         lines.append(f"note: {note}")
     if launch.run is not None:

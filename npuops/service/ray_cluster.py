@@ -102,6 +102,20 @@ def cluster_state(expected: Sequence[Mapping[str, Any]], nodes: Sequence[RayNode
     }
 
 
+def describe_ray_state(state: Mapping[str, Any]) -> str:
+    """One line for people: how many of the hosts' nodes are alive, and which hosts are missing, lost or short."""
+    if state.get("error"):
+        return str(state["error"])
+    line = f"{state['nodes']}/{state['expected']} nodes alive"
+    if state.get("missing"):
+        line += f"; missing: {', '.join(state['missing'])}"
+    if state.get("lost"):
+        line += f" (lost: {', '.join(state['lost'])})"
+    if state.get("short"):
+        line += f"; offering too little: {', '.join(state['short'])}"
+    return line
+
+
 def ray_python(ray_command: Sequence[str]) -> str:
     """The interpreter of the venv that holds the `ray` executable the units run."""
     return str(Path(ray_command[0]).parent / "python") if ray_command else "python3"

@@ -9,7 +9,7 @@ from typing import Any
 from npuops.service.deploy import pid_alive
 from npuops.service.endpoint import base_url, engine_figures, health_ok, http_request, parse_prometheus
 from npuops.service.manager import SystemdManager
-from npuops.service.ray_cluster import probe_ray_cluster
+from npuops.service.ray_cluster import describe_ray_state, probe_ray_cluster
 from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, read_status
 
 
@@ -141,14 +141,7 @@ def render_status_text(status: dict[str, Any]) -> str:
                      f"(rank {cluster['rank']}), endpoint on {cluster['endpoint_host']}")
         ray = cluster.get("ray")
         if ray:
-            if ray.get("error"):
-                lines.append(f"  ray       {ray['error']}")
-            else:
-                missing = ", ".join(ray["missing"])
-                lines.append(f"  ray       {ray['nodes']}/{ray['expected']} nodes alive"
-                             + (f"; missing: {missing}" if missing else "")
-                             + (f" (lost: {', '.join(ray['lost'])})" if ray["lost"] else "")
-                             + (f"; offering too little: {', '.join(ray['short'])}" if ray.get("short") else ""))
+            lines.append(f"  ray       {describe_ray_state(ray)}")
     diagnosis = status.get("diagnosis")
     if diagnosis:
         exit_info = status.get("exit") or {}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from npuops.service.ray_cluster import RAY_NODES_SCRIPT
+from tests.engine.test_supervised import wait_for
 from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -48,17 +48,6 @@ def host_npuops(tmp_path: Path) -> Path:
 def npuops(*args: str, timeout: float = 300) -> tuple[int, str, str]:
     done = subprocess.run([str(NPUOPS), *args], capture_output=True, text=True, timeout=timeout, check=False)
     return done.returncode, done.stdout, done.stderr
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120, every: float = 2) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
 
 
 def active_ray_nodes(ray_status_output: str) -> int:
@@ -137,7 +126,7 @@ def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, eng
             ray_view = view.get("ray") or {}
             return view if rc == 1 and ray_view.get("missing") == [worker] else None
 
-        view = wait_for("the head to name the lost worker", lost, timeout=180, every=3)
+        view = wait_for(lost, 180, "the head to name the lost worker", poll=3)
         assert head in view["down"] and worker in view["down"], view
         assert view["ray"]["lost"] == [worker] and view["ray"]["alive"] == [head], view
         # The fleet doctor says which node: the head's instances check names the worker.
