@@ -18,8 +18,8 @@ from npuops.datafiles import load_data_toml
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 from npuops.hardware.node import CannInstall, InstalledComponent
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.versions import AscendVersion, parse_ascend_version
+from npuops.parsing import ParseError
 
 PROVISION_CANN = "`npuops provision --tags cann`"
 PROVISION_DRIVER = "`npuops provision --tags driver`"

@@ -18,8 +18,8 @@ from npuops.doctor.model import Check, Result, Severity, Status
 from npuops.hardware.node import Chip
 from npuops.hardware.npu_smi import NpuSmiProcess
 from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc, parse_npu_smi_health
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import CommandResult
+from npuops.parsing import ParseError
 
 # npu-smi's health words: OK; Warning (a minor alarm); Alarm (a major one); Critical. Anything else is a word
 # npuops does not know, which is reported as printed rather than guessed at.

@@ -42,9 +42,9 @@ class InstancesHealthy(Check):
     level = 2
 
     def run(self, ctx: CheckContext) -> Result:
-        from npuops.service.manager import service_manager
-        from npuops.service.record import list_records
-        from npuops.service.status import instance_status
+        from npuops.instance.manager import service_manager
+        from npuops.instance.record import list_records
+        from npuops.instance.status import instance_status
 
         settings = ctx.settings
         records = list_records(settings.state_dir)

@@ -35,8 +35,8 @@ from npuops.hardware.hccn import (
 )
 from npuops.hardware.host import NetInterface
 from npuops.hardware.node import Chip
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import CommandResult
+from npuops.parsing import ParseError
 
 T = TypeVar("T")
 

@@ -25,10 +25,10 @@ from npuops.failures import (
     PROVISION_PYTHON,
     classify_import_failure,
 )
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import RC_NOT_EXECUTABLE, RC_NOT_FOUND, RC_TIMEOUT
 from npuops.hardware.python_stack import PythonStack, stack_interpreter
 from npuops.hardware.versions import parse_ascend_version
+from npuops.parsing import ParseError
 
 # The components of a row, in the order the release matrix lists them, with their PyPI names.
 COMPONENTS = ("torch", "torch_npu", "vllm", "vllm_ascend", "triton_ascend")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

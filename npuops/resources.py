@@ -7,6 +7,7 @@ editable install, they sit beside the package at the top of the repository.
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import resources
 from pathlib import Path
 
@@ -19,9 +20,10 @@ def shipped_dir(name: str) -> Path:
     if name not in SHIPPED_TREES:
         raise ValueError(f"unknown shipped tree {name!r}")
     if name == "checks":
-        import npuops.checks
-
-        return Path(next(iter(npuops.checks.__path__)))
+        # The checks are a package of their own (npuops.checks, from checks/): found by name, not imported here.
+        spec = importlib.util.find_spec("npuops.checks")
+        if spec is not None and spec.submodule_search_locations:
+            return Path(next(iter(spec.submodule_search_locations)))
     inside = Path(str(resources.files("npuops"))) / name
     if inside.is_dir():
         return inside

@@ -21,8 +21,8 @@ from npuops.hardware.host import (
     read_host_facts,
     read_net_interfaces,
 )
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
+from npuops.parsing import ParseError
 from npuops.settings import Settings
 from tests.conftest import put
 

@@ -69,9 +69,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     the endpoint answers a first request. --foreground runs the same supervisor in this terminal (where systemd
     is not init). With --dry-run --output DIR the files are written to DIR and nothing is installed or started.
     """
-    from npuops.launch.instance import LaunchSpec, parse_env_assignments, read_api_key_file, render_instances
-    from npuops.launch.render import validate_instance_name
-    from npuops.service.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
+    from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD, validate_instance_name
+    from npuops.launch.instance_files import LaunchSpec, parse_env_assignments, read_api_key_file, render_instances
 
     validate_instance_name(name)
     if dry_run and output is None:
@@ -100,7 +99,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         return
     manager = None
     if not dry_run and not foreground:
-        from npuops.service.manager import service_manager
+        from npuops.instance.manager import service_manager
 
         manager = service_manager(settings)
         reason = manager.unavailable_reason()
@@ -127,7 +126,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         _dry_run(instances, output, notes, plan_result, as_json, settings.state_dir)
         return
 
-    from npuops.service import launching
+    from npuops.launch import local as launching
 
     if foreground:
         if len(instances) > 1:
@@ -215,6 +214,7 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
                   cluster_wait_s: int, as_json: bool, flags: dict[str, Any], extra_env: dict[str, str],
                   ray_node_resources: str | None) -> None:
     from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+    from npuops.instance.record import MANAGER_SYSTEMD
     from npuops.launch.group import (
         GroupLaunch,
         check_same_hardware,
@@ -226,8 +226,7 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
         resolve_group,
         run_group_launch,
     )
-    from npuops.launch.instance import LaunchSpec, read_api_key_file
-    from npuops.service.record import MANAGER_SYSTEMD
+    from npuops.launch.instance_files import LaunchSpec, read_api_key_file
 
     ray_resources = parse_ray_resources(ray_node_resources)
     if artifacts is None:

@@ -25,15 +25,15 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
     Starts `vllm serve` with the instance's config, tells systemd READY only once /health answers and pings the
     watchdog only while it keeps answering, forwards SIGTERM/SIGINT, and diagnoses the log when the engine dies.
     """
-    from npuops.service.record import load_record
+    from npuops.instance.record import load_record
 
     if as_json and not preflight:
         raise UsageError("--json is for --preflight", "read the supervisor's state with `npuops status NAME --json`")
     settings = load_context_settings(ctx, state_dir=state_dir)
     record = load_record(settings.state_dir, name)
     if preflight:
+        from npuops.instance.record import write_status
         from npuops.service.gate import refusal_status, render_gate_text, run_gate
-        from npuops.service.record import write_status
 
         gate = run_gate(record, settings)
         click.echo(json.dumps(gate.to_json(), indent=2) if as_json else render_gate_text(gate, record.name),

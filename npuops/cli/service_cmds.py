@@ -16,7 +16,7 @@ from npuops.errors import BadInputError, ExitCode, UsageError
 
 
 def _manager(settings: Any) -> Any:
-    from npuops.service.manager import service_manager
+    from npuops.instance.manager import service_manager
 
     return service_manager(settings)
 
@@ -72,8 +72,8 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
     With -i INVENTORY --group GROUP: every host's part of a multi-node instance, the endpoint and the Ray nodes.
     Exit 0 when every instance shown is healthy, 1 otherwise.
     """
-    from npuops.service.record import list_records, load_record
-    from npuops.service.status import instance_status, render_status_text
+    from npuops.instance.record import list_records, load_record
+    from npuops.instance.status import instance_status, render_status_text
 
     grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
     if grouped is not None:
@@ -119,8 +119,8 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
 @click.pass_context
 def list_(ctx: click.Context, /, as_json: bool) -> None:
     """The instances launched on this node, one line each."""
-    from npuops.service.record import list_records
-    from npuops.service.status import instance_status
+    from npuops.instance.record import list_records
+    from npuops.instance.status import instance_status
     from npuops.textout import table
 
     settings = load_context_settings(ctx)
@@ -149,8 +149,8 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
     """Stop instance NAME gracefully (the engine finishes and frees its chips). It stays installed and enabled.
 
     With -i INVENTORY --group GROUP: the first host (the endpoint) first, then every other host's part."""
-    from npuops.service.deploy import stop_foreground
-    from npuops.service.record import MANAGER_SYSTEMD, load_record
+    from npuops.instance.control import stop_instance
+    from npuops.instance.record import load_record
 
     grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
     if grouped is not None:
@@ -171,17 +171,7 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
     settings = load_context_settings(ctx)
     record = load_record(settings.state_dir, name)
     started = time.monotonic()
-    if record.manager == MANAGER_SYSTEMD:
-        manager = _manager(settings)
-        reason = manager.unavailable_reason()
-        if reason:
-            raise UsageError(f"cannot stop {record.unit}: {reason}", "stop it where it runs")
-        # The engine before its Ray node (the units' start order, reversed).
-        for unit in reversed(record.units):
-            manager.stop(unit, timeout=record.stop_timeout_s + 30)
-        stopped = all(manager.state(unit).active_state in ("inactive", "failed") for unit in record.units)
-    else:
-        stopped = stop_foreground(record, record.stop_timeout_s + 10)
+    stopped = stop_instance(record, _manager(settings))
     seconds = time.monotonic() - started
     if as_json:
         click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2)}))
@@ -203,7 +193,7 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bo
     """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs).
 
     With -i INVENTORY --group GROUP: the last lines of every host's units (no --follow)."""
-    from npuops.service.record import MANAGER_SYSTEMD, load_record
+    from npuops.instance.record import MANAGER_SYSTEMD, load_record
 
     if as_json and follow:
         raise UsageError("--json and --follow exclude each other", "use one of them")

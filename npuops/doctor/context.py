@@ -15,8 +15,8 @@ from npuops.datafiles import load_data_toml
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.hardware.node import Chip, Node, discover_node
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
+from npuops.parsing import ParseError
 from npuops.settings import Settings
 
 

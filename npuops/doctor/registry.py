@@ -1,4 +1,8 @@
-"""Finding the checks: every Check subclass in the modules of npuops.checks (the top-level checks/ folder)."""
+"""Finding the checks: every Check subclass in the modules of npuops.checks (the top-level checks/ folder).
+
+The checks are plugins of the doctor: they import npuops.doctor, never the reverse, so the package is loaded here by
+name at run time (as entry points would be), not imported.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,21 @@ import importlib
 import inspect
 import pkgutil
 
-import npuops.checks
 from npuops.doctor.model import Check
 from npuops.errors import BadInputError
+
+CHECKS_PACKAGE = "npuops.checks"
 
 
 def discover_checks() -> list[type[Check]]:
     """All checks, in module order then definition order; ids are unique and validated."""
     found: list[type[Check]] = []
     seen: dict[str, str] = {}
-    for info in sorted(pkgutil.iter_modules(npuops.checks.__path__), key=lambda m: m.name):
+    package = importlib.import_module(CHECKS_PACKAGE)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"npuops.checks.{info.name}")
+        module = importlib.import_module(f"{CHECKS_PACKAGE}.{info.name}")
         members = [m for _, m in inspect.getmembers(module, inspect.isclass)
                    if issubclass(m, Check) and m is not Check and m.__module__ == module.__name__
                    and not inspect.isabstract(m)]

@@ -16,7 +16,7 @@ from typing import Any
 from npuops.fleet.facts import FIX_UNREACHABLE, failure_fix
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import HostStatus, PlaybookEvent, run_playbook
-from npuops.service.ray_cluster import describe_ray_state
+from npuops.instance.ray import describe_ray_state
 
 COMMAND_PLAYBOOK = "npuops-command.yml"
 

@@ -16,7 +16,7 @@ command                                parser                       result
 ``hccn_tool -i N -ping -g address A``  :func:`parse_hccn_ping`        :class:`HccnPing`
 =====================================  ===========================  ===================
 
-Text in, frozen dataclass out; the only exception raised is :class:`npuops.hardware.parsing.ParseError`.
+Text in, frozen dataclass out; the only exception raised is :class:`npuops.parsing.ParseError`.
 Values published redacted (``10.xx.xx.10``, ``MAC: ...``) are kept as strings. Lines the parser does not know are
 kept in each result's ``raw`` so nothing is lost.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 
 __all__ = [
     "NET_HEALTH_STATUSES",

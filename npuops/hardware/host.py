@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from npuops.hardware.chips import HUAWEI_PCI_VENDOR_ID, chip_catalog
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
+from npuops.parsing import ParseError
 
 # The device nodes a serving process needs besides one /dev/davinciN per chip (ascend-facts §1).
 CONTROL_DEVICE_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")

@@ -15,7 +15,6 @@ from npuops.hardware.chips import ChipSpec, chip_by_name
 from npuops.hardware.hccn import NO_NIC_FAMILIES, parse_hccn_ip
 from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.npu_smi import NpuSmiChip, NpuSmiFailed, NpuSmiProcess, parse_npu_smi_info
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import CommandResult, Probe
 from npuops.hardware.python_stack import PythonStack, read_python_stack
 from npuops.hardware.versions import (
@@ -29,6 +28,7 @@ from npuops.hardware.versions import (
     parse_toolkit_install_info,
     parse_version_cfg,
 )
+from npuops.parsing import ParseError
 
 INSTALL_INFO = "/etc/ascend_install.info"
 DRIVER_REMEDIATION = (

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npuops.datafiles import load_data_toml
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 
 __all__ = [
     "NpuSmiChip",

@@ -12,7 +12,7 @@ an operator needs:
 * ``-t ecc``     -> :func:`parse_npu_smi_ecc`     -> :class:`NpuSmiEcc`
 * ``-t topo``    -> :func:`parse_npu_smi_topo`    -> :class:`NpuTopology` (a matrix, not key/value lines)
 
-Text in, frozen dataclass out; the only exception raised is :class:`npuops.hardware.parsing.ParseError`.
+Text in, frozen dataclass out; the only exception raised is :class:`npuops.parsing.ParseError`.
 Redacted values (``Chip Name : xxx``) are kept as strings; numeric fields that do not hold a number (``NA``) are
 None, with the printed text still in ``raw``.
 """
@@ -24,7 +24,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 
 __all__ = [
     "NpuSmiBoard",

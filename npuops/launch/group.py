@@ -21,10 +21,10 @@ from typing import Any
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
-from npuops.launch.instance import LaunchSpec
+from npuops.instance.ray import describe_ray_state
+from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
 from npuops.plan.planner import Plan
-from npuops.service.ray_cluster import describe_ray_state
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
 # Inventory variables a host may set to override what npuops works out from its node model.

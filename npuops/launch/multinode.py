@@ -23,11 +23,11 @@ from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
-from npuops.launch.instance import NPU_GROUP, InstanceExtras, LaunchSpec, render_instances
+from npuops.instance.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
+from npuops.launch.instance_files import NPU_GROUP, InstanceExtras, LaunchSpec, render_instances
 from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
 from npuops.plan.planner import Plan
-from npuops.service.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
 
 RAY_ENV_FILE = "ray.env"
 

@@ -22,23 +22,7 @@ from npuops.resources import shipped_dir
 if TYPE_CHECKING:
     import jinja2
 
-    from npuops.service.record import InstanceRecord
-
-# The files of one instance and their modes: the env file may hold an API key.
-CONFIG_FILE = "vllm.yaml"
-ENV_FILE = "env"
-UNIT_SUFFIX = ".service"
-FILE_MODES = {CONFIG_FILE: 0o644, ENV_FILE: 0o600}
-
-_INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
-
-
-def validate_instance_name(name: str) -> str:
-    if not _INSTANCE_NAME.match(name):
-        raise BadInputError(f"instance name {name!r} is not usable",
-                            "use 1-48 lower-case letters, digits and dashes, starting with a letter or digit")
-    return name
-
+    from npuops.instance.record import InstanceRecord
 
 def systemd_quote(arg: str) -> str:
     """Quote one ExecStart= argument for systemd (systemd.service(5) "Command lines").

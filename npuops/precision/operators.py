@@ -17,8 +17,8 @@ from typing import Any
 
 from npuops.datafiles import load_data_toml
 from npuops.hardware.chips import chip_catalog
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import RC_NOT_EXECUTABLE, CommandResult, CommandRunner
+from npuops.parsing import ParseError
 
 SUITE_PATH = Path(__file__).with_name("op_suite.py")
 # The op names and dtypes the suite knows (op_suite.OPS / DTYPES; that file is a script, not imported here).

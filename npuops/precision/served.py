@@ -19,9 +19,9 @@ from npuops import __version__
 from npuops.atomic import write_text_atomic
 from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError, ConfigError, EnvironmentMissingError
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import CommandResult, CommandRunner
-from npuops.service.endpoint import http_request
+from npuops.httpclient import http_request
+from npuops.parsing import ParseError
 
 GOLDEN_FORMAT = "npuops-golden/1"
 

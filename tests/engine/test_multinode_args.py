@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from npuops.launch.instance import LaunchSpec
+from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, render_cluster
 from npuops.plan.model import load_model
 from npuops.plan.planner import PlanOptions, Workload, make_plan

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from npuops.service.ray_cluster import RAY_NODES_SCRIPT
+from npuops.instance.ray import RAY_NODES_SCRIPT
 from tests.engine.test_supervised import wait_for
 from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
 

@@ -22,7 +22,7 @@ from npuops.hardware.hccn import (
     parse_hccn_route,
     parse_hccn_status,
 )
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 from tests.conftest import ASCEND_FIXTURES, capture
 
 # ---------------------------------------------------------------------------------------------------------------

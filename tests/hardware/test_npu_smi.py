@@ -23,7 +23,7 @@ from npuops.hardware.npu_smi import (
     detect_npu_smi_failure,
     parse_npu_smi_info,
 )
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 from tests.conftest import ASCEND_FIXTURES, REPO, capture
 
 GOLDEN_DIR = REPO / "tests" / "golden" / "npu_smi"

@@ -19,7 +19,7 @@ from npuops.hardware.npu_smi_detail import (
     parse_npu_smi_topo,
     parse_npu_smi_usages,
 )
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 from tests.conftest import ASCEND_FIXTURES, capture
 
 # ---------------------------------------------------------------------------------------------------------------

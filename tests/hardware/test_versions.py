@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.versions import (
     AscendVersion,
     parse_ascend_install_info,
@@ -20,6 +19,7 @@ from npuops.hardware.versions import (
     parse_key_value_lines,
     parse_toolkit_install_info,
 )
+from npuops.parsing import ParseError
 from tests.conftest import ASCEND_FIXTURES, capture
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import yaml
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.fleet.inventory import InventoryHost
+from npuops.instance.record import InstanceRecord
 from npuops.launch.group import (
     ADDRESS_VAR,
     IFNAME_VAR,
@@ -32,7 +33,7 @@ from npuops.launch.group import (
     network_peers,
     stage_files,
 )
-from npuops.launch.instance import LaunchSpec
+from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import (
     ClusterHost,
     HostPart,
@@ -45,7 +46,6 @@ from npuops.launch.multinode import (
 from npuops.plan.model import load_model
 from npuops.plan.planner import Plan, PlanOptions, Workload, make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
-from npuops.service.record import InstanceRecord
 from tests.plan.conftest import TINY_LLAMA
 
 UNIT_DIR = Path("/etc/systemd/system")

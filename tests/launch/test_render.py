@@ -15,7 +15,7 @@ import pytest
 
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
-from npuops.launch.instance import LaunchSpec, read_api_key_file, render_instances
+from npuops.launch.instance_files import LaunchSpec, read_api_key_file, render_instances
 from npuops.launch.render import env_quote, render_template, systemd_quote, write_instance_files
 from npuops.plan.model import load_model
 from npuops.plan.planner import PlanOptions, Workload, make_plan

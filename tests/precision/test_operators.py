@@ -20,8 +20,8 @@ from npuops.checks.precision_ops import OperatorPrecision, assess
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Result, Status
 from npuops.doctor.registry import discover_checks
-from npuops.hardware.parsing import ParseError
 from npuops.hardware.probe import RC_NOT_FOUND, RC_TIMEOUT, CommandResult, Probe, SubprocessRunner
+from npuops.parsing import ParseError
 from npuops.precision import op_suite
 from npuops.precision.operators import (
     DTYPES,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npuops.errors import BadInputError, ConfigError
-from npuops.hardware.parsing import ParseError
+from npuops.parsing import ParseError
 from npuops.precision.served import (
     Generation,
     GenerationSet,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from npuops.service.record import MANAGER_SYSTEMD, STATUS_FILE, InstanceRecord
+from npuops.instance.record import MANAGER_SYSTEMD, STATUS_FILE, InstanceRecord
 
 
 def make_record(state_dir: Path, name: str = "demo", **overrides: Any) -> InstanceRecord:

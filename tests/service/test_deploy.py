@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from npuops.errors import BadInputError, EnvironmentMissingError
-from npuops.service.deploy import (
-    check_ports_free,
-    check_service_user,
-    find_conflicts,
-    pid_alive,
-    port_taken,
-    stop_foreground,
-)
-from npuops.service.record import MANAGER_FOREGROUND, InstanceRecord, read_status
+from npuops.instance.control import pid_alive, port_taken, stop_foreground
+from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord, read_status
+from npuops.launch.install import check_ports_free, check_service_user, find_conflicts
 from tests.service.instance_records import make_record
 
 # --- find_conflicts -----------------------------------------------------------------------------------------------

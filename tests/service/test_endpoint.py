@@ -9,15 +9,13 @@ import urllib.request
 
 import pytest
 
-from npuops.service.endpoint import (
+from npuops.httpclient import base_url, client_host, http_request
+from npuops.instance.endpoint import (
     Sample,
-    base_url,
-    client_host,
     engine_figures,
     first_completion,
     health_ok,
     histogram_quantile,
-    http_request,
     parse_prometheus,
 )
 from tests.conftest import FIXTURES

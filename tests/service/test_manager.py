@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from npuops.errors import EnvironmentMissingError, NpuopsError
-from npuops.service.deploy import pid_alive
-from npuops.service.manager import SystemdManager, UnitState, parse_show
+from npuops.instance.control import pid_alive
+from npuops.instance.manager import SystemdManager, UnitState, parse_show
 
 SYSTEMCTL3 = Path(sys.executable).parent / "systemctl3.py"
 UNIT = "npuops-test-sleep.service"

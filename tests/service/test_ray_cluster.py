@@ -1,4 +1,4 @@
-"""Which Ray nodes of a multi-node instance are alive (npuops.service.ray_cluster), the start gate's wait for them
+"""Which Ray nodes of a multi-node instance are alive (npuops.instance.ray), the start gate's wait for them
 (npuops.service.gate.check_ray_cluster, run_gate's choice of checks by role) and the supervisor's probe of a Ray
 head or a headless engine (npuops.service.supervisor.Supervisor._probe).
 
@@ -18,10 +18,7 @@ from typing import Any
 import pytest
 
 from npuops.doctor.model import Status
-from npuops.service import gate
-from npuops.service.gate import check_ray_cluster, run_gate
-from npuops.service.notify import Notifier
-from npuops.service.ray_cluster import (
+from npuops.instance.ray import (
     RAY_NODES_SCRIPT,
     RayNode,
     RayNodesError,
@@ -30,7 +27,10 @@ from npuops.service.ray_cluster import (
     probe_ray_cluster,
     ray_python,
 )
-from npuops.service.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
+from npuops.service import gate
+from npuops.service.gate import check_ray_cluster, run_gate
+from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions
 from npuops.settings import Settings
 from tests.conftest import FIXTURES
@@ -421,7 +421,7 @@ def test_supervisor_headless_engine_is_up_once_settled_without_http(tmp_path: Pa
 
 
 def test_ray_auth_env_comes_from_the_environment_or_the_env_file(tmp_path: Path) -> None:
-    from npuops.service.ray_cluster import ray_auth_env
+    from npuops.instance.ray import ray_auth_env
 
     env_file = tmp_path / "ray.env"
     env_file.write_text('# the instance\'s Ray node environment\nRAY_AUTH_MODE="token"\nRAY_AUTH_TOKEN="t0k"\n')

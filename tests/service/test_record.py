@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from npuops.errors import BadInputError, ConfigError
-from npuops.service.record import (
+from npuops.instance.record import (
     RECORD_FILE,
     InstanceRecord,
     list_records,

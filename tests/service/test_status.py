@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from npuops.instance.endpoint import Sample, engine_figures, parse_prometheus
+from npuops.instance.manager import parse_show
+from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord
+from npuops.instance.status import instance_status, render_status_text, summarize
 from npuops.service.diagnosis import diagnose
-from npuops.service.endpoint import Sample, engine_figures, parse_prometheus
-from npuops.service.manager import parse_show
-from npuops.service.record import MANAGER_FOREGROUND, InstanceRecord
-from npuops.service.status import instance_status, render_status_text, summarize
 from tests.conftest import FIXTURES
 from tests.service.conftest import Serve
 from tests.service.instance_records import make_record

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from npuops.service.deploy import pid_alive
-from npuops.service.endpoint import base_url, engine_figures, health_ok, http_request, parse_prometheus
-from npuops.service.manager import SystemdManager
-from npuops.service.ray_cluster import describe_ray_state, probe_ray_cluster
-from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, read_status
+from npuops.httpclient import base_url, http_request
+from npuops.instance.control import pid_alive
+from npuops.instance.endpoint import engine_figures, health_ok, parse_prometheus
+from npuops.instance.manager import SystemdManager
+from npuops.instance.ray import describe_ray_state, probe_ray_cluster
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, read_status
 
 
 def summarize(record: InstanceRecord, unit: dict[str, Any] | None, supervisor: dict[str, Any] | None,

@@ -3,10 +3,7 @@ and follow a start to "healthy" (or to the diagnosis of why not)."""
 
 from __future__ import annotations
 
-import errno
-import os
 import pwd
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.httpclient import base_url
+from npuops.instance.control import port_taken
+from npuops.instance.endpoint import health_ok
+from npuops.instance.manager import SystemdManager
+from npuops.instance.record import InstanceRecord, read_status
+from npuops.instance.state import Stage
 from npuops.launch.render import InstanceFiles, write_instance_files
-from npuops.service.endpoint import base_url, client_host, health_ok
-from npuops.service.engine_log import Stage
-from npuops.service.manager import SystemdManager
-from npuops.service.record import InstanceRecord, read_status
 
 _WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
 
@@ -41,18 +40,6 @@ def find_conflicts(new: Sequence[InstanceRecord], existing: Sequence[InstanceRec
                 raise BadInputError(
                     f"NPU device(s) {','.join(map(str, shared))} are already used by instance {other.name!r}",
                     f"launch on other chips (--devices), or stop {other.name!r} first (`npuops stop {other.name}`)")
-
-
-def port_taken(host: str, port: int) -> bool:
-    """Whether something else holds host:port right now (a bind test, as the engine itself will do)."""
-    family = socket.AF_INET6 if ":" in client_host(host) else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - a bind test only
-        except OSError as exc:
-            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
-    return False
 
 
 def check_ports_free(records: Sequence[InstanceRecord]) -> None:
@@ -138,32 +125,3 @@ def follow_start(record: InstanceRecord, *, started_at: float, timeout_s: float,
         if elapsed > timeout_s:
             return StartResult(False, elapsed, "timeout", status)
         time.sleep(poll_s)
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
-    """SIGTERM to a foreground supervisor (from its status file); True once it is gone."""
-    import signal
-
-    status = read_status(record) or {}
-    pid = status.get("supervisor_pid")
-    if not isinstance(pid, int) or status.get("exit") or not pid_alive(pid):
-        return True
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not pid_alive(pid) or (read_status(record) or {}).get("exit"):
-            return True
-        time.sleep(0.2)
-    return not pid_alive(pid)

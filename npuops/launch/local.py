@@ -19,21 +19,22 @@ from typing import Any
 from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import parse_env_file
 from npuops.errors import ExitCode
-from npuops.launch.render import InstanceFiles
-from npuops.service.deploy import (
+from npuops.httpclient import base_url
+from npuops.instance.control import stop_foreground
+from npuops.instance.endpoint import Completion, first_completion
+from npuops.instance.manager import SystemdManager
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
+from npuops.instance.state import Stage
+from npuops.launch.install import (
     check_ports_free,
     check_service_user,
     find_conflicts,
     follow_start,
     install,
-    stop_foreground,
     write_instance,
 )
-from npuops.service.endpoint import Completion, base_url, first_completion
-from npuops.service.engine_log import Stage
+from npuops.launch.render import InstanceFiles
 from npuops.service.gate import refusal_status, render_gate_text, run_gate
-from npuops.service.manager import SystemdManager
-from npuops.service.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -16,7 +17,22 @@ from typing import Any
 from npuops import __version__
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError, ConfigError
-from npuops.launch.render import CONFIG_FILE, ENV_FILE, validate_instance_name
+
+# The files of one instance and their modes: the env file may hold an API key.
+CONFIG_FILE = "vllm.yaml"
+ENV_FILE = "env"
+UNIT_SUFFIX = ".service"
+FILE_MODES = {CONFIG_FILE: 0o644, ENV_FILE: 0o600}
+
+_INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+
+
+def validate_instance_name(name: str) -> str:
+    if not _INSTANCE_NAME.match(name):
+        raise BadInputError(f"instance name {name!r} is not usable",
+                            "use 1-48 lower-case letters, digits and dashes, starting with a letter or digit")
+    return name
+
 
 RECORD_FILE = "instance.json"
 STATUS_FILE = "supervisor.json"

@@ -12,26 +12,21 @@ from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
-from npuops.launch.render import (
+from npuops.instance.record import (
     CONFIG_FILE,
     ENV_FILE,
     FILE_MODES,
-    UNIT_SUFFIX,
-    InstanceFiles,
-    RenderedFile,
-    args_to_options,
-    render_template,
-    validate_instance_name,
-)
-from npuops.plan.planner import Plan
-from npuops.service.record import (
     MANAGER_FOREGROUND,
     MANAGER_SYSTEMD,
     RECORD_FILE,
     ROLE_ENGINE,
     STATUS_FILE,
+    UNIT_SUFFIX,
     InstanceRecord,
+    validate_instance_name,
 )
+from npuops.launch.render import InstanceFiles, RenderedFile, args_to_options, render_template
+from npuops.plan.planner import Plan
 
 SERVICE_USER = "npuops"
 # The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).

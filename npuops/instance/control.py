@@ -1,0 +1,66 @@
+"""Acting on an instance's processes: is a port held, is a process alive, stop an instance (unit or foreground)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import time
+
+from npuops.errors import UsageError
+from npuops.httpclient import client_host
+from npuops.instance.manager import SystemdManager
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, read_status
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether something else holds host:port right now (a bind test, as the engine itself will do)."""
+    family = socket.AF_INET6 if ":" in client_host(host) else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host if host not in ("", "*") else "0.0.0.0", port))  # noqa: S104 - a bind test only
+        except OSError as exc:
+            return exc.errno in (errno.EADDRINUSE, errno.EACCES)
+    return False
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
+    """SIGTERM to a foreground supervisor (from its status file); True once it is gone."""
+    status = read_status(record) or {}
+    pid = status.get("supervisor_pid")
+    if not isinstance(pid, int) or status.get("exit") or not pid_alive(pid):
+        return True
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not pid_alive(pid) or (read_status(record) or {}).get("exit"):
+            return True
+        time.sleep(0.2)
+    return not pid_alive(pid)
+
+
+def stop_instance(record: InstanceRecord, manager: SystemdManager) -> bool:
+    """Stop every part of the instance on this host, the engine before its Ray node (the start order reversed);
+    True once nothing of it runs. A foreground run is stopped through its supervisor."""
+    if record.manager != MANAGER_SYSTEMD:
+        return stop_foreground(record, record.stop_timeout_s + 10)
+    reason = manager.unavailable_reason()
+    if reason:
+        raise UsageError(f"cannot stop {record.unit}: {reason}", "stop it where it runs")
+    for unit in reversed(record.units):
+        manager.stop(unit, timeout=record.stop_timeout_s + 30)
+    return all(manager.state(unit).active_state in ("inactive", "failed") for unit in record.units)
