@@ -23,6 +23,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 SYSTEM_CONFIG = Path("/etc/npuops/config.toml")
+# The serving venv provisioning creates (vllm, npuops, ray): the default of `venv` and of what units run.
+DEFAULT_VENV = Path("/opt/npuops/venv")
 ENV_PREFIX = "NPUOPS_"
 
 
@@ -43,7 +45,7 @@ class Settings:
     # Python interpreter of the serving stack (torch, torch_npu, vllm); empty means npuops' own.
     stack_python: str = ""
     # The serving venv that provisioning creates; its python is used when stack_python is empty and it exists.
-    venv: Path = Path("/opt/npuops/venv")
+    venv: Path = DEFAULT_VENV
     # Per-instance files written by launch.
     state_dir: Path = Path("/etc/npuops")
     # The service manager: systemd's systemctl on production nodes; a command with arguments is allowed

@@ -2,21 +2,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from npuops.cli.main import load_context_settings
-from npuops.cli.plan_options import make_plan_from_flags, plan_flags
+from npuops.cli.plan_options import plan_flags, request_from_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
-
-
-def default_npuops_executable() -> str:
-    """The npuops the unit should run: the one beside this interpreter (the serving venv on a provisioned node)."""
-    beside = Path(sys.executable).parent / "npuops"
-    return str(beside) if beside.exists() else "/opt/npuops/venv/bin/npuops"
 
 
 @click.command()
@@ -26,8 +19,8 @@ def default_npuops_executable() -> str:
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
               help="A 0600 file holding the API key; it goes into the env file, never onto a command line.")
-@click.option("--vllm", "vllm_bin", default="/opt/npuops/venv/bin/vllm", show_default=True,
-              help="The vllm executable the service runs.")
+@click.option("--vllm", "vllm_bin", help="The vllm executable the service runs [default: the serving venv's, "
+              "VENV/bin/vllm (setting `venv`, /opt/npuops/venv)].")
 @click.option("--service-user", default="npuops", show_default=True,
               help="The unprivileged user the unit runs as (member of HwHiAiUser).")
 @click.option("--start-timeout", type=click.IntRange(10), help="Seconds to wait for /health [default: from the plan].")
@@ -56,7 +49,7 @@ def default_npuops_executable() -> str:
               help="An extra variable for the instance's environment (repeatable), e.g. HCCL_CONNECT_TIMEOUT=1200.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str,
+def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str | None,
            service_user: str, start_timeout: int | None, watchdog_s: int, verify: bool, golden: Path | None,
            foreground: bool, dry_run: bool,
            output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
@@ -69,8 +62,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     the endpoint answers a first request. --foreground runs the same supervisor in this terminal (where systemd
     is not init). With --dry-run --output DIR the files are written to DIR and nothing is installed or started.
     """
-    from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD, validate_instance_name
-    from npuops.launch.instance_files import LaunchSpec, parse_env_assignments, read_api_key_file, render_instances
+    from npuops.instance.record import validate_instance_name
+    from npuops.launch.instance_files import parse_env_assignments
 
     validate_instance_name(name)
     if dry_run and output is None:
@@ -85,6 +78,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         raise UsageError("-i/--inventory and --group go together", "give both to launch over a serving group")
     settings = load_context_settings(ctx)
     extra_env = parse_env_assignments(env_items)
+    request = request_from_flags(flags)
     if ray_node_resources is not None and inventory is None:
         raise UsageError("--ray-node-resources is for a group launch", "add -i INVENTORY --group GROUP")
     if inventory is not None:
@@ -94,11 +88,32 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         _launch_group(ctx, settings, name=name, host=host, port=port, api_key_file=api_key_file, vllm_bin=vllm_bin,
                       service_user=service_user, start_timeout=start_timeout, watchdog_s=watchdog_s, dry_run=dry_run,
                       output=output, inventory=inventory, group=group, forks=forks, artifacts=artifacts,
-                      cluster_wait_s=cluster_wait_s, as_json=as_json, flags=flags, extra_env=extra_env,
+                      cluster_wait_s=cluster_wait_s, as_json=as_json, request=request, extra_env=extra_env,
                       ray_node_resources=ray_node_resources)
         return
+    if request.nodes != 1:
+        raise UsageError(f"--nodes {request.nodes} launches one instance over several hosts",
+                         "launch over an inventory group with -i INVENTORY --group GROUP (the group sets the count); "
+                         "`npuops plan --nodes N` shows the plan")
+    from npuops.launch.prepare import LaunchChoices
+
+    choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
+                            service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
+                            extra_env=extra_env, foreground=foreground)
+    code = _launch_here(settings, request, choices, dry_run=dry_run, output=output, verify=verify, golden=golden,
+                        as_json=as_json)
+    if code != ExitCode.OK:
+        raise click.exceptions.Exit(int(code))
+
+
+def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, output: Path | None, verify: bool,
+                 golden: Path | None, as_json: bool) -> int:
+    from npuops.launch import local
+    from npuops.launch.prepare import prepare_local, write_dry_run
+    from npuops.plan.request import plan_request
+
     manager = None
-    if not dry_run and not foreground:
+    if not dry_run and not choices.foreground:
         from npuops.instance.manager import service_manager
 
         manager = service_manager(settings)
@@ -106,73 +121,29 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         if reason:
             raise EnvironmentMissingError(reason, "run the engine in this terminal under the same supervisor with "
                                           "`npuops launch ... --foreground`, or launch on a node booted with systemd")
-    if flags.get("nodes", 1) != 1:
-        raise UsageError(f"--nodes {flags['nodes']} launches one instance over several hosts",
-                         "launch over an inventory group with -i INVENTORY --group GROUP (the group sets the count); "
-                         "`npuops plan --nodes N` shows the plan")
-    plan_result = make_plan_from_flags(settings, flags)
-    api_key = read_api_key_file(api_key_file) if api_key_file else None
-    ascend_env, notes = _ascend_environment(settings, plan_result)
-    if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
-        notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use the model")
-    spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
-                      vllm_command=(vllm_bin, "serve"), npuops_command=(default_npuops_executable(),),
-                      state_dir=settings.state_dir, service_data_root=settings.service_data_root,
-                      ascend_env=ascend_env, manager=MANAGER_FOREGROUND if foreground else MANAGER_SYSTEMD,
-                      start_timeout_s=start_timeout, watchdog_s=watchdog_s, extra_env=extra_env)
-    instances = render_instances(plan_result, spec)
+    plan = plan_request(settings, request)
+    prepared = prepare_local(settings, plan, choices)
     if dry_run:
         assert output is not None
-        _dry_run(instances, output, notes, plan_result, as_json, settings.state_dir)
-        return
-
-    from npuops.launch import local as launching
-
-    if foreground:
-        if len(instances) > 1:
-            raise UsageError(f"--foreground runs one instance, but the plan has {len(instances)} replicas",
+        _print_dry_run(write_dry_run(prepared.instances, output), prepared.notes, plan, as_json, settings.state_dir)
+        return int(ExitCode.OK)
+    if choices.foreground:
+        if len(prepared.instances) > 1:
+            raise UsageError(f"--foreground runs one instance, but the plan has {len(prepared.instances)} replicas",
                              "pick the chips of one replica with --devices, or launch as a service")
-        code = launching.launch_foreground(instances[0], settings, api_key=api_key, as_json=as_json, notes=notes,
-                                           environ=dict(os.environ), verify=verify, golden=golden)
-    else:
-        assert manager is not None
-        code = launching.launch_service(instances, settings, manager, api_key=api_key, as_json=as_json,
-                                        notes=notes, service_user=service_user, verify=verify, golden=golden)
-    if code != ExitCode.OK:
-        raise click.exceptions.Exit(int(code))
+        return int(local.launch_foreground(prepared.instances[0], settings, api_key=prepared.api_key,
+                                           as_json=as_json, notes=prepared.notes, environ=dict(os.environ),
+                                           verify=verify, golden=golden))
+    assert manager is not None
+    return int(local.launch_service(prepared.instances, settings, manager, api_key=prepared.api_key,
+                                    as_json=as_json, notes=prepared.notes, service_user=choices.service_user,
+                                    verify=verify, golden=golden))
 
 
-def _ascend_environment(settings: Any, plan_result: Any) -> tuple[dict[str, str], list[str]]:
-    """What CANN's set_env.sh scripts export, for the env file (systemd does not source shell scripts)."""
-    if plan_result.target.kind != "npu":
-        return {}, []
-    from npuops.hardware.node import read_cann
-    from npuops.hardware.probe import Probe
-    from npuops.launch.ascend_env import capture_set_env
-
-    probe = Probe(settings)
-    cann = read_cann(probe)
-    ascend_env, error = capture_set_env(probe, list(cann.set_env_scripts))
-    notes = []
-    if error:
-        notes.append(f"could not capture the CANN environment: {error}")
-    elif not cann.set_env_scripts:
-        notes.append("no CANN set_env.sh found on this machine: the env file lacks the CANN environment; "
-                     "render on the node itself, or run `npuops provision` there first")
-    return ascend_env, notes
-
-
-def _dry_run(instances: list[Any], output: Path, notes: list[str], plan_result: Any, as_json: bool,
-             state_dir: Path) -> None:
-    from npuops.launch.render import write_instance_files
-
-    written: dict[str, list[str]] = {}
-    for instance in instances:
-        directory = output / instance.name if len(instances) > 1 else output
-        written[instance.name] = [str(p) for p in write_instance_files(directory, instance)]
+def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, as_json: bool, state_dir: Path) -> None:
     if as_json:
         click.echo(json.dumps({"ok": True, "dry_run": True, "instances": written, "notes": notes,
-                               "plan": plan_result.to_json()}, indent=2))
+                               "plan": plan.to_json()}, indent=2))
         return
     for instance_name, paths in written.items():
         click.echo(f"{instance_name}:")
@@ -209,9 +180,9 @@ def _group_target(settings: Any, flags: dict[str, Any], first_node: dict[str, An
 
 
 def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, port: int, api_key_file: Path | None,
-                  vllm_bin: str, service_user: str, start_timeout: int | None, watchdog_s: int, dry_run: bool,
-                  output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
-                  cluster_wait_s: int, as_json: bool, flags: dict[str, Any], extra_env: dict[str, str],
+                  vllm_bin: str | None, service_user: str, start_timeout: int | None, watchdog_s: int,
+                  dry_run: bool, output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
+                  cluster_wait_s: int, as_json: bool, request: Any, extra_env: dict[str, str],
                   ray_node_resources: str | None) -> None:
     from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
     from npuops.instance.record import MANAGER_SYSTEMD
@@ -231,8 +202,13 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     ray_resources = parse_ray_resources(ray_node_resources)
     if artifacts is None:
         artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
-    if flags.get("nodes", 1) not in (1, None):
+    from npuops.launch.prepare import vllm_executable
+    from npuops.plan.request import plan_request
+
+    if request.nodes != 1:
         raise UsageError("--nodes comes from the group with -i/--group", "drop --nodes")
+    flags = {"hardware": request.hardware, "devices": request.devices}
+    vllm_bin = vllm_executable(settings, vllm_bin)
 
     # Progress per host and task on stderr, --json or not: stdout keeps the one document.
     def progress(event: PlaybookEvent) -> None:
@@ -248,12 +224,12 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     if str(flags["hardware"]).strip().lower() == "auto":
         check_same_hardware(ordered)
     target = _group_target(settings, flags, dict(ordered[hosts[0].name]), len(hosts))
-    plan_result = make_plan_from_flags(settings, flags, target=target)
+    plan_result = plan_request(settings, request, target=target)
     if plan_result.cluster is None:
         raise UsageError(f"the plan for {plan_result.model.served_name} uses one node of the group",
                          "launch it on one host without -i, or ask for --multinode dp/ray")
     api_key = read_api_key_file(api_key_file) if api_key_file else None
-    npuops_command = str(hosts[0].vars.get("npuops_command") or "/opt/npuops/venv/bin/npuops")
+    npuops_command = str(hosts[0].vars.get("npuops_command") or settings.venv / "bin" / "npuops")
     spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
                       vllm_command=(vllm_bin, "serve"), npuops_command=(npuops_command,),
                       state_dir=settings.state_dir, service_data_root=settings.service_data_root,

@@ -6,7 +6,7 @@ from typing import Any
 import click
 
 from npuops.cli.main import load_context_settings
-from npuops.cli.plan_options import make_plan_from_flags, plan_flags
+from npuops.cli.plan_options import plan_flags, request_from_flags
 
 
 @click.command()
@@ -18,8 +18,10 @@ def plan(ctx: click.Context, /, as_json: bool, **flags: Any) -> None:
 
     Nothing is started: `npuops launch` runs a plan.
     """
+    from npuops.plan.request import plan_request
+
     settings = load_context_settings(ctx)
-    result = make_plan_from_flags(settings, flags)
+    result = plan_request(settings, request_from_flags(flags))
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -17,7 +17,7 @@ from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import InstanceRecord, read_status
 from npuops.instance.state import Stage
-from npuops.launch.render import InstanceFiles, write_instance_files
+from npuops.launch.instance_files import InstanceFiles, write_instance_files
 
 _WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
 from npuops.instance.record import (
@@ -25,8 +26,11 @@ from npuops.instance.record import (
     InstanceRecord,
     validate_instance_name,
 )
-from npuops.launch.render import InstanceFiles, RenderedFile, args_to_options, render_template
+from npuops.launch.render import render_template
 from npuops.plan.planner import Plan
+from npuops.plan.rules import Replica
+from npuops.plan.server_options import ServerOptions
+from npuops.settings import DEFAULT_VENV
 
 SERVICE_USER = "npuops"
 # The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
@@ -43,15 +47,49 @@ DEFAULT_STOP_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
+class RenderedFile:
+    name: str
+    text: str
+    mode: int
+
+
+@dataclass(frozen=True)
+class InstanceFiles:
+    """What one instance's part on a host is made of: its files (the unit among them) and its record."""
+
+    name: str
+    files: tuple[RenderedFile, ...]
+    unit_name: str
+    record: InstanceRecord
+    environment: dict[str, str] = field(default_factory=dict)  # what the env file holds (it may hold the API key)
+
+    def file(self, name: str) -> RenderedFile:
+        for f in self.files:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def write_instance_files(directory: Path, files: InstanceFiles) -> list[Path]:
+    """Write every file atomically with its mode; returns the paths written."""
+    written = []
+    for f in files.files:
+        target = directory / f.name
+        write_text_atomic(target, f.text, mode=f.mode)
+        written.append(target)
+    return written
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     name: str
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
     service_user: str = SERVICE_USER
-    vllm_command: tuple[str, ...] = ("/opt/npuops/venv/bin/vllm", "serve")
+    vllm_command: tuple[str, ...] = (str(DEFAULT_VENV / "bin" / "vllm"), "serve")
     # The npuops the unit runs as its supervisor (`npuops run NAME`) and start gate.
-    npuops_command: tuple[str, ...] = ("/opt/npuops/venv/bin/npuops",)
+    npuops_command: tuple[str, ...] = (str(DEFAULT_VENV / "bin" / "npuops"),)
     state_dir: Path = Path("/etc/npuops")
     service_data_root: Path = Path("/var/lib")
     ascend_env: dict[str, str] = field(default_factory=dict)
@@ -67,7 +105,8 @@ class LaunchSpec:
 class InstanceExtras:
     """What one host of a multi-node instance adds to the plan's files (npuops.launch.cluster renders these)."""
 
-    serve_args: tuple[str, ...] = ()  # per-node vllm serve flags: data-parallel ranks, --headless
+    # The ServerOptions fields this host changes (ClusterPlan.node_changes: data-parallel ranks, --headless).
+    server_changes: Mapping[str, Any] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # per-host: HCCL_IF_IP, *_SOCKET_IFNAME, RAY_ADDRESS
     role: str = ROLE_ENGINE
     cluster: dict[str, Any] = field(default_factory=dict)
@@ -112,7 +151,7 @@ def read_api_key_file(path: Path) -> str:
 
 def timeout_start_sec(plan: Plan) -> int:
     weights = plan.model.weight_bytes or plan.memory.weights_bytes
-    graph = 0 if plan.config.get("enforce_eager", False) else _GRAPH_CAPTURE_S
+    graph = 0 if plan.server.enforce_eager else _GRAPH_CAPTURE_S
     return int(_BASE_START_S + graph + weights / _LOAD_BYTES_PER_S)
 
 
@@ -124,91 +163,106 @@ def _model_argument(plan: Plan) -> str:
     return str(Path(plan.model.path).resolve())
 
 
+def _environment(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, replica: Replica | None) -> dict[str, str]:
+    """The env file's variables, in the order they override each other."""
+    environment: dict[str, str] = {}
+    environment.update(spec.ascend_env)
+    environment.update(plan.env)
+    if replica is not None and replica.devices:
+        environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
+    environment.update(extras.environment)
+    environment.update(spec.extra_env)
+    # A local model directory: never reach for a hub from a production node.
+    environment["HF_HUB_OFFLINE"] = "1"
+    if spec.api_key:
+        environment["VLLM_API_KEY"] = spec.api_key
+    return environment
+
+
+def protect_home(model_path: str) -> str:
+    """ProtectHome=yes would hide a model kept under a home directory; read-only still protects it."""
+    return "read-only" if model_path.startswith(("/home/", "/root/", "/run/user/")) else "yes"
+
+
+def device_allow(devices: tuple[int, ...]) -> list[str]:
+    """The device nodes a unit may open: its chips' /dev/davinciN and the driver's control nodes."""
+    if not devices:
+        return []
+    return [f"/dev/davinci{d}" for d in devices] + [f"/dev/{n}" for n in CONTROL_DEVICE_NODES]
+
+
+def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceExtras) -> dict[str, Any]:
+    state_directory = f"npuops-{record.name}"
+    data_dir = spec.service_data_root / state_directory
+    npuops_state = ["--state-dir", str(spec.state_dir)]
+    return {
+        "name": record.name,
+        "served_model_name": record.served_model_name,
+        "service_user": spec.service_user,
+        "service_group": spec.service_user,
+        "supplementary_groups": [NPU_GROUP] if record.devices else [],
+        "env_file": record.env_file,
+        "working_directory": data_dir,
+        # The gate runs with full privileges ("+"): npu-smi and the process table need them; it only reads.
+        "exec_start_pre": [*spec.npuops_command, "run", *npuops_state, "--preflight", record.name],
+        "exec_start": [*spec.npuops_command, "run", *npuops_state, record.name],
+        "watchdog_sec": spec.watchdog_s,
+        # The supervisor gives up on a start itself (with a diagnosis) before systemd would.
+        "timeout_start_sec": record.timeout_start_s + 60,
+        "timeout_stop_sec": spec.stop_timeout_s + 15,
+        "state_directory": state_directory,
+        "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
+        "protect_home": protect_home(record.model_path),
+        "device_allow": device_allow(record.devices),
+        "requires_units": list(extras.requires_units),
+        "extra_env_files": list(extras.env_files),
+    }
+
+
+def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: ServerOptions, name: str,
+            devices: tuple[int, ...]) -> InstanceRecord:
+    instance_dir = spec.state_dir / name
+    data_dir = spec.service_data_root / f"npuops-{name}"
+    status_file = (instance_dir if spec.manager == MANAGER_FOREGROUND else data_dir) / STATUS_FILE
+    return InstanceRecord(
+        name=name, manager=spec.manager, unit=f"npuops-{name}{UNIT_SUFFIX}", model_path=str(server.model),
+        served_model_name=str(server.served_model_name), host=spec.host, port=int(server.port or spec.port),
+        devices=devices, target_kind=plan.target.kind, hardware_label=plan.target.label,
+        vllm_command=tuple(spec.vllm_command), instance_dir=str(instance_dir), status_file=str(status_file),
+        timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
+        stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
+        graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
+        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=dict(extras.cluster))
+
+
 def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:
-    """Files for each replica of the plan: a vLLM config, an environment file and a systemd unit.
+    """Files for each replica of the plan: a vLLM config, an environment file, the record and a systemd unit.
 
     `extras` makes them one host's part of a multi-node instance (one replica: the plan is the cluster's)."""
     extras = extras or InstanceExtras()
     validate_instance_name(spec.name)
-    if not 1 <= spec.port <= 65535 or spec.port + len(plan.replicas) - 1 > 65535:
+    replicas: tuple[Replica | None, ...] = plan.replicas or (None,)
+    if not 1 <= spec.port <= 65535 or spec.port + len(replicas) - 1 > 65535:
         raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
     model_arg = _model_argument(plan)
     instances = []
-    replicas = plan.replicas or ()
-    count = max(1, len(replicas))
-    for index in range(count):
-        replica = replicas[index] if replicas else None
-        name = spec.name if count == 1 else f"{spec.name}-r{index}"
-        port = spec.port + index
-        instance_dir = spec.state_dir / name
-        options = {"host": spec.host, "port": port, **args_to_options([*plan.vllm_args, *extras.serve_args])}
-
-        environment: dict[str, str] = {}
-        environment.update(spec.ascend_env)
-        environment.update(plan.env)
-        if replica is not None and plan.target.kind == "npu":
-            environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
-        environment.update(extras.environment)
-        environment.update(spec.extra_env)
-        # A local model directory: never reach for a hub from a production node.
-        environment["HF_HUB_OFFLINE"] = "1"
-        if spec.api_key:
-            environment["VLLM_API_KEY"] = spec.api_key
-
-        devices = list(replica.devices) if replica is not None and plan.target.kind == "npu" else []
-        device_allow = [f"/dev/davinci{d}" for d in devices]
-        if devices:
-            device_allow += [f"/dev/{n}" for n in CONTROL_DEVICE_NODES]
-        state_directory = f"npuops-{name}"
-        data_dir = spec.service_data_root / state_directory
-        status_file = (instance_dir if spec.manager == MANAGER_FOREGROUND else data_dir) / STATUS_FILE
-        start_timeout = spec.start_timeout_s or timeout_start_sec(plan)
-        record = InstanceRecord(
-            name=name, manager=spec.manager, unit=f"npuops-{name}{UNIT_SUFFIX}", model_path=model_arg,
-            served_model_name=str(plan.config.get("served_model_name", plan.model.served_name)),
-            host=spec.host, port=port, devices=tuple(devices), target_kind=plan.target.kind,
-            hardware_label=plan.target.label, vllm_command=tuple(spec.vllm_command),
-            instance_dir=str(instance_dir), status_file=str(status_file), timeout_start_s=start_timeout,
-            watchdog_s=spec.watchdog_s, stop_timeout_s=spec.stop_timeout_s,
-            gpu_memory_utilization=float(plan.config.get("gpu_memory_utilization") or 0.9),
-            graph_mode=not bool(plan.config.get("enforce_eager", False)), api_key=bool(spec.api_key),
-            dtype=str(plan.config.get("dtype") or ""),
-            prediction=dict(plan.to_json().get("prediction") or {}),
-            role=extras.role, cluster=dict(extras.cluster),
-        )
-        npuops_state = ["--state-dir", str(spec.state_dir)]
-        unit_vars = {
-            "name": name,
-            "served_model_name": record.served_model_name,
-            "service_user": spec.service_user,
-            "service_group": spec.service_user,
-            "supplementary_groups": [NPU_GROUP] if devices else [],
-            "env_file": instance_dir / ENV_FILE,
-            "working_directory": spec.service_data_root / state_directory,
-            # The gate runs with full privileges ("+"): npu-smi and the process table need them; it only reads.
-            "exec_start_pre": [*spec.npuops_command, "run", *npuops_state, "--preflight", name],
-            "exec_start": [*spec.npuops_command, "run", *npuops_state, name],
-            "watchdog_sec": spec.watchdog_s,
-            # The supervisor gives up on a start itself (with a diagnosis) before systemd would.
-            "timeout_start_sec": start_timeout + 60,
-            "timeout_stop_sec": spec.stop_timeout_s + 15,
-            "state_directory": state_directory,
-            "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
-            # ProtectHome=yes would hide a model kept under a home directory; read-only still protects it.
-            "protect_home": "read-only" if model_arg.startswith(("/home/", "/root/", "/run/user/")) else "yes",
-            "device_allow": device_allow,
-            "requires_units": list(extras.requires_units),
-            "extra_env_files": list(extras.env_files),
-        }
+    for index, replica in enumerate(replicas):
+        name = spec.name if len(replicas) == 1 else f"{spec.name}-r{index}"
+        # One replica's options are the plan's, with this replica's model path, address and port.
+        server = replace(plan.server, model=model_arg, host=spec.host, port=spec.port + index,
+                         **extras.server_changes)
+        record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
+        environment = _environment(plan, spec, extras, replica)
         files: tuple[RenderedFile, ...] = (
             RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
-                "name": name, "serve_options": options, "hardware_label": plan.target.label}), FILE_MODES[CONFIG_FILE]),
+                "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
+                FILE_MODES[CONFIG_FILE]),
             RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": name, "environment": environment}),
                          FILE_MODES[ENV_FILE]),
             RenderedFile(RECORD_FILE, json.dumps(record.to_json(), indent=2) + "\n", 0o644),
         )
         if spec.manager == MANAGER_SYSTEMD:
-            files += (RenderedFile(record.unit, render_template("vllm.service.j2", unit_vars), 0o644),)
+            files += (RenderedFile(record.unit, render_template("vllm.service.j2",
+                                                                _unit_variables(record, spec, extras)), 0o644),)
         instances.append(InstanceFiles(name, files, record.unit, record, environment))
     return instances
-

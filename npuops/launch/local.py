@@ -33,7 +33,7 @@ from npuops.launch.install import (
     install,
     write_instance,
 )
-from npuops.launch.render import InstanceFiles
+from npuops.launch.instance_files import InstanceFiles
 from npuops.service.gate import refusal_status, render_gate_text, run_gate
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings

@@ -22,9 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
-from npuops.hardware.host import CONTROL_DEVICE_NODES
 from npuops.instance.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
-from npuops.launch.instance_files import NPU_GROUP, InstanceExtras, LaunchSpec, render_instances
+from npuops.launch.instance_files import (
+    NPU_GROUP,
+    InstanceExtras,
+    LaunchSpec,
+    device_allow,
+    protect_home,
+    render_instances,
+)
 from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
 from npuops.plan.planner import Plan
@@ -165,9 +171,10 @@ def render_cluster(
             parts.append(_ray_part(plan, spec, host, rank, roles[rank], env, membership, unit_dir, ray_command,
                                    ray_port, ray_address, env_files, ray_resources))
         else:
-            args = tuple(cluster.node_args(rank, leader_address=head.address, rpc_port=rpc_port))
-            extras = InstanceExtras(serve_args=args, environment=env, role=ROLE_ENGINE if rank == 0 else ROLE_HEADLESS,
-                                    cluster=membership, env_files=env_files)
+            changes = cluster.node_changes(rank, leader_address=head.address, rpc_port=rpc_port)
+            extras = InstanceExtras(server_changes=changes, environment=env,
+                                    role=ROLE_ENGINE if rank == 0 else ROLE_HEADLESS, cluster=membership,
+                                    env_files=env_files)
             # Followers serve no API: the key stays on the leader only.
             instance = render_instances(plan, spec if rank == 0 else replace(spec, api_key=None), extras)[0]
             parts.append(HostPart(host, rank, roles[rank], instance.record,
@@ -228,12 +235,11 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
         "working_directory": data_dir,
         "exec_start": argv,
         "runtime_directory": runtime,
-        # The workers read the model too: ProtectHome=yes would hide one kept under a home directory.
-        "protect_home": "read-only" if record.model_path.startswith(("/home/", "/root/", "/run/user/")) else "yes",
+        # The workers read the model too.
+        "protect_home": protect_home(record.model_path),
         "state_directory": state_directory,
         "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
-        "device_allow": [f"/dev/davinci{d}" for d in devices] + (
-            [f"/dev/{n}" for n in CONTROL_DEVICE_NODES] if devices else []),
+        "device_allow": device_allow(tuple(devices)),
     })
     ray_env_text = render_template("service.env.j2", {"name": f"{spec.name} (Ray node)", "environment": node_env})
     ray_files = (PlacedFile(ray_env_path, ray_env_text, 0o600), PlacedFile(unit_dir / ray_unit, unit_text, 0o644))

@@ -1,4 +1,4 @@
-"""Rendering a plan into the files of one instance, with Jinja2 templates from templates/.
+"""The Jinja2 templates of templates/ and the quoting each rendered file needs.
 
 One environment (StrictUndefined: a missing variable is an error, never an empty string) and a few
 filters that quote for the consumer of each file: systemd's command-line syntax, systemd
@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npuops import __version__
-from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
 from npuops.resources import shipped_dir
 
 if TYPE_CHECKING:
     import jinja2
 
-    from npuops.instance.record import InstanceRecord
 
 def systemd_quote(arg: str) -> str:
     """Quote one ExecStart= argument for systemd (systemd.service(5) "Command lines").
@@ -86,61 +83,3 @@ def render_template(name: str, variables: Mapping[str, Any]) -> str:
     except jinja2.UndefinedError as exc:
         # A template asking for something the renderer did not provide is a bug in npuops.
         raise RuntimeError(f"template {name}: {exc}") from exc
-
-
-@dataclass(frozen=True)
-class RenderedFile:
-    name: str
-    text: str
-    mode: int
-
-
-@dataclass(frozen=True)
-class InstanceFiles:
-    name: str
-    files: tuple[RenderedFile, ...]
-    unit_name: str
-    record: InstanceRecord
-    environment: dict[str, str] = field(default_factory=dict)  # what the env file holds (it may hold the API key)
-
-    def file(self, name: str) -> RenderedFile:
-        for f in self.files:
-            if f.name == name:
-                return f
-        raise KeyError(name)
-
-
-def args_to_options(args: Sequence[str]) -> dict[str, Any]:
-    """`--tensor-parallel-size 2 --enforce-eager` -> {"tensor-parallel-size": 2, "enforce-eager": True}."""
-    options: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--"):
-            raise ValueError(f"expected an option, got {flag!r}")
-        key = flag[2:]
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            raw = args[i + 1]
-            value: Any = raw
-            if re.fullmatch(r"-?\d+", raw):
-                value = int(raw)
-            elif re.fullmatch(r"-?\d+\.\d*", raw):
-                value = float(raw)
-            elif raw.startswith("{"):
-                value = json.loads(raw)
-            options[key] = value
-            i += 2
-        else:
-            options[key] = True
-            i += 1
-    return options
-
-
-def write_instance_files(directory: Path, files: InstanceFiles) -> list[Path]:
-    """Write every file atomically with its mode; returns the paths written."""
-    written = []
-    for f in files.files:
-        target = directory / f.name
-        write_text_atomic(target, f.text, mode=f.mode)
-        written.append(target)
-    return written

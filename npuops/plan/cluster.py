@@ -12,28 +12,32 @@ Two ways to spread one model over several Ascend nodes (ascend-facts §5):
   engines behind one endpoint.
 
 Everything here is pure: the planner decides with these functions and the launch renders per-node commands
-from `ClusterPlan.node_args`.
+from `ClusterPlan.node_changes`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from npuops.errors import BadInputError
-from npuops.plan.model import ModelArch
+from npuops.plan.constants import MemoryConstants
+from npuops.plan.environment import HCCL_DEFAULT_BUFFSIZE_MB
+from npuops.plan.inputs import Workload
+from npuops.plan.layout import Evaluated, Layout, Sizing, choose_layout, valid_tp_sizes
+from npuops.plan.memory import weights_per_device_ep
+from npuops.plan.model import ModelArch, ModelSpec, count_parameters
+from npuops.plan.rules import AscendRules, TargetRules
+from npuops.plan.server_options import ServerOptions
 
 Strategy = Literal["ray", "dp"]
-STRATEGIES: tuple[str, ...] = ("auto", "ray", "dp")
 
 # Ports the cluster uses between nodes (each configurable at launch): Ray's GCS on the head, and the leader's
 # data-parallel RPC port the headless followers register with.
 RAY_PORT = 6379
 DP_RPC_PORT = 13345
 
-# HCCL's own default buffer per communication domain (CANN env reference, HCCL_BUFFSIZE).
-HCCL_DEFAULT_BUFFSIZE_MB = 200
 
 # The MC2 dispatch/combine kernels vllm-ascend uses for expert parallel check their window against
 # HCCL_BUFFSIZE at tiling time and fail with "HCCL_BUFFSIZE is too SMALL ... NEEDED_HCCL_BUFFSIZE(...)"
@@ -139,10 +143,10 @@ class ClusterPlan:
             return tuple(ClusterNode(i, "head" if i == 0 else "worker") for i in range(self.nodes))
         return tuple(ClusterNode(i, "leader" if i == 0 else "follower", i * self.dp_local) for i in range(self.nodes))
 
-    def node_args(self, rank: int, *, leader_address: str, rpc_port: int = DP_RPC_PORT) -> list[str]:
-        """The `vllm serve` flags that differ per node (on top of the plan's shared flags).
+    def node_changes(self, rank: int, *, leader_address: str, rpc_port: int = DP_RPC_PORT) -> dict[str, Any]:
+        """The ServerOptions fields that differ per node: node `rank`'s options are the plan's with these changes.
 
-        ray: only the head runs vllm serve; the workers run Ray alone, so asking for a worker's args is a bug.
+        ray: only the head runs vllm serve; the workers run Ray alone, so asking for a worker's options is a bug.
         dp: every node runs vllm serve with the cluster's data-parallel shape; followers are --headless.
         """
         if not 0 <= rank < self.nodes:
@@ -150,12 +154,16 @@ class ClusterPlan:
         if self.strategy == "ray":
             if rank != 0:
                 raise ValueError("ray workers run no vllm serve")
-            return []
-        args = ["--data-parallel-size", str(self.dp), "--data-parallel-size-local", str(self.dp_local),
-                "--data-parallel-address", leader_address, "--data-parallel-rpc-port", str(rpc_port)]
+            return {}
+        changes: dict[str, Any] = {"data_parallel_size": self.dp, "data_parallel_size_local": self.dp_local,
+                                   "data_parallel_address": leader_address, "data_parallel_rpc_port": rpc_port}
         if rank > 0:
-            args += ["--headless", "--data-parallel-start-rank", str(rank * self.dp_local)]
-        return args
+            changes.update(headless=True, data_parallel_start_rank=rank * self.dp_local)
+        return changes
+
+    def node_args(self, rank: int, *, leader_address: str, rpc_port: int = DP_RPC_PORT) -> list[str]:
+        """The `vllm serve` flags that differ per node (on top of the plan's shared flags)."""
+        return ServerOptions(**self.node_changes(rank, leader_address=leader_address, rpc_port=rpc_port)).flags()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -175,8 +183,110 @@ class ClusterPlan:
         }
 
 
-def check_strategy(value: str | None) -> str:
-    text = (value or "auto").strip().lower()
-    if text not in STRATEGIES:
-        raise BadInputError(f"--multinode {value!r} is not a strategy", f"use one of {', '.join(STRATEGIES)}")
-    return text
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _expert_parallel_cluster(model: ModelSpec, rules: AscendRules, workload: Workload, s: Sizing, mode: str,
+                             fixed_tp: int | None, required: int, c: MemoryConstants
+                             ) -> tuple[Evaluated, ClusterPlan] | None:
+    """MoE over the nodes as data + expert parallel: every device one rank holding its share of whole experts, TP
+    inside a node for attention and the dense layers. None when no TP inside a node leaves KV room."""
+    arch = model.arch
+    target = rules.target
+    per_node = target.devices_per_node
+    total = target.total_devices
+    fraction = routed_expert_fraction(count_parameters(arch).total, arch)
+    tps = [tp for tp in valid_tp_sizes(arch, per_node) if per_node % tp == 0 and fixed_tp in (None, tp)]
+    fitting = []
+    for tp in tps:
+        weights = weights_per_device_ep(s.weight_bytes, arch, tp, total, s.act_bytes, fraction)
+        # Sized for the largest batch a rank may run; the final buffer follows the chosen max_num_seqs.
+        buffer = hccl_buffsize_for_ep(arch, total, s.seq_cap).mb
+        # The all-to-all always communicates, so HCCL's buffers are reserved even at TP=1.
+        budget = rules.device_budget(s, tp, 1, weights, max(2, tp), buffer, c)
+        if budget.kv_cache_tokens >= required:
+            fitting.append(Evaluated(Layout(tp, 1), budget, total // tp))
+    if not fitting:
+        return None
+    ev = choose_layout(model, target, workload, s, fitting, mode)
+    tp = ev.layout.tp
+    dp = total // tp
+    why = (
+        f"MoE over {target.nodes} nodes: data parallel {dp} x TP {tp} with expert parallel over all {total} devices: "
+        f"the {arch.num_experts} routed experts ({fraction:.0%} of the weights) spread whole, "
+        f"{math.ceil(arch.num_experts / total)} per device, and attention is split by TP={tp} inside a node, "
+        f"{_gb(ev.budget.weights_bytes)} of weights per device; vLLM's native --data-parallel-* engine with "
+        "--headless followers, no Ray"
+    )
+    rejected = ("ray (TP x PP across nodes): for MoE, data + expert parallel spreads the experts whole and keeps "
+                "every rank busy, where pipeline stages across nodes add bubbles and inter-node hops",)
+    return ev, ClusterPlan("dp", target.nodes, per_node, tp, 1, dp, per_node // tp, True, None, why, rejected)
+
+
+def _ray_cluster(model: ModelSpec, rules: TargetRules, strategy: str, chosen: Evaluated, s: Sizing
+                 ) -> tuple[Evaluated, ClusterPlan]:
+    """One instance too big for a node: TP inside each node, pipeline stages across nodes, placed by Ray."""
+    arch = model.arch
+    layout = chosen.layout
+    per_node = rules.target.devices_per_node
+    nodes_used = layout.chips // per_node
+    if rules.engine_per_host:
+        why = f"one engine process per CPU host: {layout.pp} pipeline stages over {nodes_used} hosts, placed by Ray"
+    else:
+        why = (f"{_gb(s.weight_bytes)} of weights need {layout.chips} devices, more than one node's {per_node}: "
+               f"TP={layout.tp} inside each node keeps the per-layer all-reduces on the node's own links and "
+               f"PP={layout.pp} stages over {nodes_used} nodes pass only activations between nodes; Ray places the "
+               "workers and the head's vllm serve drives them")
+    moe = rules.expert_parallel(arch)
+    if moe:
+        rejected = ("dp (data + expert parallel): asked for ray" if strategy == "ray" else
+                    "dp (data + expert parallel): no TP inside a node leaves KV room with experts spread over "
+                    f"{rules.target.total_devices} devices")
+    elif strategy != "ray":
+        rejected = "dp (data parallel): every rank would need the whole model, which does not fit a node"
+    else:
+        rejected = "dp: asked for ray"
+    cluster = ClusterPlan("ray", nodes_used, per_node, layout.tp, layout.pp, 1, 1, moe, None, why, (rejected,))
+    return replace(chosen, replicas=1), cluster
+
+
+def _dense_dp_cluster(rules: TargetRules, strategy: str, chosen: Evaluated, s: Sizing
+                      ) -> tuple[Evaluated, ClusterPlan]:
+    """A model that fits a node's devices: independent engine ranks behind the leader's one endpoint."""
+    layout = chosen.layout
+    target = rules.target
+    per_node = target.devices_per_node
+    ranks_per_node = max(1, per_node // layout.chips)
+    dp = ranks_per_node * target.nodes
+    rejected = ("ray (TP x PP across nodes): asked for dp" if strategy == "dp" else
+                f"ray (TP x PP across nodes): the model fits {layout.chips} device(s), so pipeline stages across "
+                "nodes would only add bubbles and inter-node hops")
+    if rules.engine_per_host:
+        why = f"one engine per CPU host: {dp} data-parallel ranks behind the leader's endpoint"
+    else:
+        why = (f"{_gb(s.weight_bytes)} of weights fit {layout.chips} device(s): {dp} independent engine ranks "
+               f"({ranks_per_node} per node, TP={layout.tp}) behind one endpoint with vLLM's native data parallel; "
+               "the leader's API server spreads requests and the other nodes run --headless")
+    cluster = ClusterPlan("dp", target.nodes, per_node, layout.tp, layout.pp, dp, ranks_per_node, False, None, why,
+                          (rejected,))
+    return replace(chosen, replicas=dp), cluster
+
+
+def plan_cluster(model: ModelSpec, rules: TargetRules, workload: Workload, s: Sizing, chosen: Evaluated,
+                 strategy: str, fixed_tp: int | None, mode: str, required: int, c: MemoryConstants
+                 ) -> tuple[Evaluated, ClusterPlan]:
+    """Spread the plan over the target's nodes: Ray TP x PP when one instance needs more than a node, native data
+    parallel (expert parallel for MoE) otherwise; the why names the alternative and why it lost."""
+    if isinstance(rules, AscendRules) and rules.expert_parallel(model.arch) and strategy != "ray":
+        # Expert parallel first for MoE: experts stay whole, and no token waits for pipeline stages on other nodes.
+        found = _expert_parallel_cluster(model, rules, workload, s, mode, fixed_tp, required, c)
+        if found is not None:
+            return found
+        if strategy == "dp":
+            raise BadInputError(
+                f"--multinode dp: {model.served_name} does not fit {rules.target.label} as data + expert parallel "
+                "with KV room for one request", "use --multinode ray, more --nodes, or a quantization")
+    if chosen.layout.chips > rules.target.devices_per_node:
+        return _ray_cluster(model, rules, strategy, chosen, s)
+    return _dense_dp_cluster(rules, strategy, chosen, s)

@@ -12,6 +12,7 @@ from npuops.errors import BadInputError
 
 # HCCL buffer (MB) for expert-parallel all-to-all; ascend-facts.md section 5 says 1024+ for MoE with EP.
 MOE_EP_HCCL_BUFFSIZE_MB = 1024
+# HCCL's own default buffer per communication domain (CANN env reference, HCCL_BUFFSIZE).
 HCCL_DEFAULT_BUFFSIZE_MB = 200
 
 _WHEN = ("always", "collective", "moe_ep")

@@ -107,10 +107,9 @@ def graph_reserve_bytes(capture_sizes: tuple[int, ...], c: MemoryConstants) -> i
     return int(c.graph_base_bytes + c.graph_per_size_bytes * len(capture_sizes))
 
 
-def runtime_overhead_bytes(tp: int, hccl_buffsize_mb: int, c: MemoryConstants, *, kind: str) -> int:
-    """Memory outside PyTorch's allocator: the runtime itself, plus HCCL's send/receive buffers when TP > 1."""
-    if kind == "cpu":
-        return 0
+def runtime_overhead_bytes(tp: int, hccl_buffsize_mb: int, c: MemoryConstants) -> int:
+    """An NPU's memory outside PyTorch's allocator: the runtime itself, plus HCCL's send/receive buffers when the
+    device takes part in collectives (TP > 1)."""
     hccl = 2 * hccl_buffsize_mb * MIB if tp > 1 else 0
     return int(c.npu_runtime_bytes + hccl)
 

@@ -227,6 +227,50 @@ def _int_field(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str, *, req
     return 0
 
 
+def _attention_shape(cfg: Mapping[str, Any], where: str) -> tuple[int, int, int, int, int]:
+    """(layers, hidden size, attention heads, KV heads, head dim), checked to group."""
+    num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), where)
+    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), where)
+    heads = _int_field(cfg, ("num_attention_heads", "n_head"), where)
+    if num_layers == 0 or hidden == 0 or heads == 0:
+        raise _bad_config(where, "num_hidden_layers, hidden_size and num_attention_heads must be positive")
+    if cfg.get("multi_query_attention") and "multi_query_group_num" in cfg:
+        kv_heads = _int_field(cfg, ("multi_query_group_num",), where)
+    else:
+        kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), where, required=False) or heads
+    if kv_heads == 0 or heads % kv_heads != 0:
+        raise _bad_config(where, f"{heads} attention heads cannot be grouped over {kv_heads} KV heads")
+    head_dim = _int_field(cfg, ("head_dim", "kv_channels"), where, required=False) or hidden // heads
+    return num_layers, hidden, heads, kv_heads, head_dim
+
+
+def _moe_shape(cfg: Mapping[str, Any], where: str, num_layers: int, intermediate: int) -> tuple[int, int, int, int]:
+    """(routed experts, experts per token, per-expert FFN width, dense layers); zeros for a dense model."""
+    num_experts = _int_field(cfg, ("num_experts", "n_routed_experts", "num_local_experts"), where, required=False)
+    experts_per_tok = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), where, required=False)
+    moe_inter = _int_field(cfg, ("moe_intermediate_size",), where, required=False) or (
+        intermediate if num_experts else 0)
+    if not num_experts:
+        return 0, 0, moe_inter, 0
+    if experts_per_tok == 0 or experts_per_tok > num_experts:
+        raise _bad_config(where, f"num_experts_per_tok {experts_per_tok} does not fit {num_experts} experts")
+    num_dense = _int_field(cfg, ("first_k_dense_replace",), where, required=False)
+    mlp_only = cfg.get("mlp_only_layers") or []
+    if isinstance(mlp_only, list):
+        num_dense += len(mlp_only)
+    step = _int_field(cfg, ("decoder_sparse_step", "moe_layer_freq"), where, required=False) or 1
+    if step > 1:
+        num_dense = num_layers - math.ceil((num_layers - num_dense) / step)
+    return num_experts, experts_per_tok, moe_inter, min(num_dense, num_layers)
+
+
+def _checkpoint_dtype(cfg: Mapping[str, Any], where: str) -> str:
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BYTES:
+        raise _bad_config(where, f"unknown torch_dtype {dtype!r}")
+    return dtype.lower()
+
+
 def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> ModelArch:
     """Parse a Hugging Face config.json (or a catalog [config] table) into ModelArch.
 
@@ -239,84 +283,36 @@ def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> Mode
     text_config = raw.get("text_config")
     if isinstance(text_config, Mapping):
         cfg.update(text_config)
-
-    num_layers = _int_field(cfg, ("num_hidden_layers", "num_layers", "n_layer"), where)
-    hidden = _int_field(cfg, ("hidden_size", "n_embd", "d_model"), where)
-    heads = _int_field(cfg, ("num_attention_heads", "n_head"), where)
-    if num_layers == 0 or hidden == 0 or heads == 0:
-        raise _bad_config(where, "num_hidden_layers, hidden_size and num_attention_heads must be positive")
-    if cfg.get("multi_query_attention") and "multi_query_group_num" in cfg:
-        kv_heads = _int_field(cfg, ("multi_query_group_num",), where)
-    else:
-        kv_heads = _int_field(cfg, ("num_key_value_heads", "num_kv_heads"), where, required=False) or heads
-    head_dim = _int_field(cfg, ("head_dim", "kv_channels"), where, required=False) or hidden // heads
+    num_layers, hidden, heads, kv_heads, head_dim = _attention_shape(cfg, where)
     vocab = _int_field(cfg, ("vocab_size", "padded_vocab_size"), where)
     if "padded_vocab_size" in cfg:
         vocab = _int_field(cfg, ("padded_vocab_size",), where)
-    intermediate = _int_field(cfg, ("intermediate_size", "ffn_hidden_size", "n_inner"), where, required=False)
-    if intermediate == 0:
-        intermediate = 4 * hidden
+    intermediate = _int_field(cfg, ("intermediate_size", "ffn_hidden_size", "n_inner"), where,
+                              required=False) or 4 * hidden
     max_pos = _int_field(
-        cfg, ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions"), where, required=False
-    )
-    if kv_heads == 0 or heads % kv_heads != 0:
-        raise _bad_config(where, f"{heads} attention heads cannot be grouped over {kv_heads} KV heads")
-
+        cfg, ("max_position_embeddings", "seq_length", "max_sequence_length", "n_positions"), where, required=False)
     model_type = str(cfg.get("model_type", "unknown"))
     architectures = cfg.get("architectures") or ()
     if not isinstance(architectures, (list, tuple)):
         raise _bad_config(where, "architectures must be a list")
-    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BYTES:
-        raise _bad_config(where, f"unknown torch_dtype {dtype!r}")
+    num_experts, experts_per_tok, moe_inter, num_dense = _moe_shape(cfg, where, num_layers, intermediate)
 
-    # Qwen2 hard-codes a QKV bias without a config key; ChatGLM says add_qkv_bias.
-    qkv_bias = bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias") or model_type in ("qwen2", "qwen2_moe"))
+    def optional(*keys: str) -> int:
+        return _int_field(cfg, keys, where, required=False)
 
-    num_experts = _int_field(cfg, ("num_experts", "n_routed_experts", "num_local_experts"), where, required=False)
-    experts_per_tok = _int_field(cfg, ("num_experts_per_tok", "moe_topk"), where, required=False)
-    moe_inter = _int_field(cfg, ("moe_intermediate_size",), where, required=False) or (
-        intermediate if num_experts else 0
-    )
-    num_dense = 0
-    if num_experts:
-        if experts_per_tok == 0 or experts_per_tok > num_experts:
-            raise _bad_config(where, f"num_experts_per_tok {experts_per_tok} does not fit {num_experts} experts")
-        num_dense = _int_field(cfg, ("first_k_dense_replace",), where, required=False)
-        mlp_only = cfg.get("mlp_only_layers") or []
-        if isinstance(mlp_only, list):
-            num_dense += len(mlp_only)
-        step = _int_field(cfg, ("decoder_sparse_step", "moe_layer_freq"), where, required=False) or 1
-        if step > 1:
-            num_dense = num_layers - math.ceil((num_layers - num_dense) / step)
-        num_dense = min(num_dense, num_layers)
-
-    q_lora = _int_field(cfg, ("q_lora_rank",), where, required=False)
     return ModelArch(
-        model_type=model_type,
-        architectures=tuple(str(a) for a in architectures),
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=vocab,
-        intermediate_size=intermediate,
-        max_position_embeddings=max_pos or 2048,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        torch_dtype=dtype.lower(),
-        qkv_bias=qkv_bias,
-        num_experts=num_experts,
-        num_experts_per_tok=experts_per_tok if num_experts else 0,
-        moe_intermediate_size=moe_inter,
-        num_shared_experts=_int_field(cfg, ("n_shared_experts",), where, required=False),
-        shared_expert_intermediate_size=_int_field(cfg, ("shared_expert_intermediate_size",), where, required=False),
-        num_dense_layers=num_dense,
-        kv_lora_rank=_int_field(cfg, ("kv_lora_rank",), where, required=False),
-        q_lora_rank=q_lora,
-        qk_rope_head_dim=_int_field(cfg, ("qk_rope_head_dim",), where, required=False),
-        qk_nope_head_dim=_int_field(cfg, ("qk_nope_head_dim",), where, required=False),
-        v_head_dim=_int_field(cfg, ("v_head_dim",), where, required=False),
+        model_type=model_type, architectures=tuple(str(a) for a in architectures), num_layers=num_layers,
+        hidden_size=hidden, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
+        intermediate_size=intermediate, max_position_embeddings=max_pos or 2048,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)), torch_dtype=_checkpoint_dtype(cfg, where),
+        # Qwen2 hard-codes a QKV bias without a config key; ChatGLM says add_qkv_bias.
+        qkv_bias=bool(cfg.get("attention_bias") or cfg.get("add_qkv_bias") or model_type in ("qwen2", "qwen2_moe")),
+        num_experts=num_experts, num_experts_per_tok=experts_per_tok, moe_intermediate_size=moe_inter,
+        num_shared_experts=optional("n_shared_experts"),
+        shared_expert_intermediate_size=optional("shared_expert_intermediate_size"), num_dense_layers=num_dense,
+        kv_lora_rank=optional("kv_lora_rank"), q_lora_rank=optional("q_lora_rank"),
+        qk_rope_head_dim=optional("qk_rope_head_dim"), qk_nope_head_dim=optional("qk_nope_head_dim"),
+        v_head_dim=optional("v_head_dim"),
     )
 
 

@@ -11,7 +11,7 @@ from npuops.ranges import parse_device_list
 
 # Ascend hosts carry at most 16 devices (an A3 node shows 16 dies); more is a typo.
 _MAX_DEVICES_PER_NODE = 16
-_MAX_NODES = 64
+MAX_NODES = 64
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,6 @@ class HardwareTarget:
     @property
     def total_devices(self) -> int:
         return self.devices_per_node * self.nodes
-
-    @property
-    def supports_bf16(self) -> bool:
-        return self.kind == "cpu" or (self.chip is not None and self.chip.bf16)
 
 
 def _known_chips() -> str:
@@ -74,8 +70,8 @@ def _npu_target(chip: ChipSpec, count: int, nodes: int, memory_bytes: int | None
 def _check_counts(count: int, nodes: int, text: str) -> None:
     if not 1 <= count <= _MAX_DEVICES_PER_NODE:
         raise BadInputError(f"hardware spec {text!r}: {count} devices per node", f"use 1 to {_MAX_DEVICES_PER_NODE}")
-    if not 1 <= nodes <= _MAX_NODES:
-        raise BadInputError(f"--nodes {nodes} is out of range", f"use 1 to {_MAX_NODES}")
+    if not 1 <= nodes <= MAX_NODES:
+        raise BadInputError(f"--nodes {nodes} is out of range", f"use 1 to {MAX_NODES}")
 
 
 def restrict_devices(target: HardwareTarget, devices: str | tuple[int, ...]) -> HardwareTarget:

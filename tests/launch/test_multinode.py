@@ -43,8 +43,9 @@ from npuops.launch.multinode import (
     ray_unit_name,
     render_cluster,
 )
+from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.model import load_model
-from npuops.plan.planner import Plan, PlanOptions, Workload, make_plan
+from npuops.plan.planner import Plan, make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.plan.conftest import TINY_LLAMA
 

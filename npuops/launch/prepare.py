@@ -1,0 +1,109 @@
+"""What a launch on this node is made of before anything starts: the operator's choices turned into the LaunchSpec,
+the CANN environment the env file carries, the API key, the notes worth printing, and the rendered instances."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from npuops.hardware.node import read_cann
+from npuops.hardware.probe import Probe
+from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
+from npuops.launch.ascend_env import capture_set_env
+from npuops.launch.instance_files import (
+    DEFAULT_STOP_TIMEOUT_S,
+    DEFAULT_WATCHDOG_S,
+    SERVICE_USER,
+    InstanceFiles,
+    LaunchSpec,
+    read_api_key_file,
+    render_instances,
+    write_instance_files,
+)
+from npuops.plan.planner import Plan
+from npuops.settings import Settings
+
+LOCAL_BINDS = ("127.0.0.1", "::1", "localhost")
+
+
+@dataclass(frozen=True)
+class LaunchChoices:
+    """How the operator wants the instance run (`npuops launch` flags besides the plan's)."""
+
+    name: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_file: Path | None = None
+    vllm: str | None = None  # the vllm executable; None: the serving venv's (Settings.venv)
+    service_user: str = SERVICE_USER
+    start_timeout_s: int | None = None
+    watchdog_s: int = DEFAULT_WATCHDOG_S
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    foreground: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    instances: list[InstanceFiles]
+    api_key: str | None
+    notes: list[str]
+
+
+def vllm_executable(settings: Settings, choice: str | None) -> str:
+    return choice or str(settings.venv / "bin" / "vllm")
+
+
+def npuops_executable(settings: Settings) -> str:
+    """The npuops the unit should run: the one beside this interpreter (the serving venv on a provisioned node),
+    else the serving venv's."""
+    beside = Path(sys.executable).parent / "npuops"
+    return str(beside) if beside.exists() else str(settings.venv / "bin" / "npuops")
+
+
+def exposure_note(host: str, api_key: str | None) -> str | None:
+    if host in LOCAL_BINDS or api_key is not None:
+        return None
+    return f"binding {host} without --api-key-file: anyone who reaches this port can use the model"
+
+
+def cann_environment(settings: Settings, plan: Plan) -> tuple[dict[str, str], list[str]]:
+    """What CANN's set_env.sh scripts export, for the env file (systemd does not source shell scripts)."""
+    if not plan.rules.needs_cann:
+        return {}, []
+    probe = Probe(settings)
+    cann = read_cann(probe)
+    environment, error = capture_set_env(probe, list(cann.set_env_scripts))
+    if error:
+        return environment, [f"could not capture the CANN environment: {error}"]
+    if not cann.set_env_scripts:
+        return environment, ["no CANN set_env.sh found on this machine: the env file lacks the CANN environment; "
+                             "render on the node itself, or run `npuops provision` there first"]
+    return environment, []
+
+
+def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices) -> PreparedLaunch:
+    """The instances of a launch on this node, rendered, with the API key read and the notes for the operator."""
+    api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
+    ascend_env, notes = cann_environment(settings, plan)
+    exposed = exposure_note(choices.host, api_key)
+    if exposed:
+        notes.append(exposed)
+    spec = LaunchSpec(
+        name=choices.name, host=choices.host, port=choices.port, api_key=api_key, service_user=choices.service_user,
+        vllm_command=(vllm_executable(settings, choices.vllm), "serve"), npuops_command=(npuops_executable(settings),),
+        state_dir=settings.state_dir, service_data_root=settings.service_data_root, ascend_env=ascend_env,
+        manager=MANAGER_FOREGROUND if choices.foreground else MANAGER_SYSTEMD, start_timeout_s=choices.start_timeout_s,
+        watchdog_s=choices.watchdog_s, stop_timeout_s=choices.stop_timeout_s, extra_env=dict(choices.extra_env))
+    return PreparedLaunch(render_instances(plan, spec), api_key, notes)
+
+
+def write_dry_run(instances: list[InstanceFiles], output: Path) -> dict[str, list[str]]:
+    """`launch --dry-run --output DIR`: every instance's files into DIR (DIR/<name>/ when there are several)."""
+    written: dict[str, list[str]] = {}
+    for instance in instances:
+        directory = output / instance.name if len(instances) > 1 else output
+        written[instance.name] = [str(p) for p in write_instance_files(directory, instance)]
+    return written

@@ -1,0 +1,285 @@
+"""Why each value of a plan is what it is: produced once, from the finished plan, in a fixed order.
+
+Every explanation reads only the plan (its options, decisions, memory and rules), so it cannot depend on the order
+the planner decided in. Where a value departs from the seed document's advice (TP=8, block 32, 4096 batched tokens,
+max_model_len 2048, float16, one OpenMP thread) its `seed` says how and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from npuops.plan.environment import MOE_EP_HCCL_BUFFSIZE_MB
+from npuops.plan.layout import MAX_CAPTURE_SIZE
+from npuops.plan.memory import max_concurrency
+
+if TYPE_CHECKING:
+    from npuops.plan.planner import Plan
+
+# The seed document's advice, which the explanations compare against.
+SEED = {"tensor_parallel_size": 8, "block_size": 32, "max_num_batched_tokens": 4096, "max_model_len": 2048,
+        "dtype": "float16"}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    key: str
+    value: Any
+    why: str
+    seed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "value": self.value, "why": self.why}
+        if self.seed:
+            out["seed"] = self.seed
+        return out
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _device_memory(plan: Plan) -> str:
+    """How vendors name the chip's memory (64 GB for a 65536 MiB 910B), not a bytes conversion."""
+    target = plan.target
+    if target.chip is not None and target.memory_bytes_per_device == target.chip.memory_bytes:
+        return f"{target.chip.memory_gb} GB"
+    return f"{target.memory_bytes_per_device / 2**30:.1f} GiB"
+
+
+def _dtype(plan: Plan) -> Iterator[Explanation]:
+    dtype = str(plan.server.dtype)
+    why, seed = plan.rules.dtype_why(dtype, plan.options.fixed("dtype"), plan.model)
+    yield Explanation("dtype", dtype, why, seed)
+
+
+def _block_size(plan: Plan) -> Iterator[Explanation]:
+    block = plan.server_int("block_size")
+    why, seed = plan.rules.block_why(block, plan.options.fixed("block_size"))
+    yield Explanation("block_size", block, why, seed)
+
+
+def _utilization(plan: Plan) -> Iterator[Explanation]:
+    why = plan.rules.utilization_why(plan.options.fixed("gpu_memory_utilization"))
+    if why is not None:
+        yield Explanation("gpu_memory_utilization", plan.server.gpu_memory_utilization, why)
+
+
+def _tp_seed(plan: Plan) -> str:
+    layout, target = plan.layout, plan.target
+    weights = plan.weight_bytes
+    fits_one = weights < target.memory_bytes_per_device * 0.8
+    if layout.tp == SEED["tensor_parallel_size"]:
+        if not fits_one:
+            return "the seed's tensor_parallel_size=8 agrees here"
+        return (f"the seed's tensor_parallel_size=8 agrees for the latency objective only: {_gb(weights)} of weights "
+                f"fit one {_device_memory(plan)} chip, so for throughput {target.devices_per_node} independent TP=1 "
+                "replicas serve more requests than one TP=8 instance")
+    better = (f"{plan.replica_count} independent TP={layout.tp} replicas serve more requests" if plan.replica_count > 1
+              else f"TP={layout.tp} is the better trade here")
+    return (f"the seed uses tensor_parallel_size=8: for {_gb(weights)} of weights on {target.devices_per_node} x "
+            f"{_device_memory(plan)} chips that leaves each chip {_gb(weights / 8)} of weights and mostly idle "
+            f"memory, and pays two all-reduces per layer on every token; {better}")
+
+
+def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
+    layout, target, arch, workload = plan.layout, plan.target, plan.model.arch, plan.workload
+    if plan.rules.engine_per_host:
+        yield Explanation("tensor_parallel_size", 1, "one CPU engine process on one NUMA node",
+                          "the seed's TP=8 is for an 8-NPU server; the CPU engine plan uses one process")
+        yield Explanation("pipeline_parallel_size", 1, "the model fits one process")
+        yield Explanation("data_parallel_size", 1, "one engine")
+        return
+    chip_name = target.chip.name if target.chip else "device"
+    constraint = f"TP divides the {arch.num_attention_heads} heads and suits the {arch.num_kv_heads} KV heads"
+    if workload.objective == "latency":
+        why = (f"of the splits that fit ({constraint}), the one with the lowest predicted TPOT at "
+               f"{workload.concurrency} concurrent requests: {_gb(plan.memory.weights_bytes)} of weights per device")
+    elif layout.tp == 1 and layout.pp == 1:
+        why = (f"{_gb(plan.weight_bytes)} of weights fit one {_device_memory(plan)} {chip_name} with "
+               f"{_gb(plan.memory.kv_budget_bytes)} left for KV: no collectives on the decode path")
+    else:
+        why = (f"the smallest split whose {_gb(plan.memory.weights_bytes)} of weights per device plus a KV budget fit "
+               f"({constraint})")
+    yield Explanation("tensor_parallel_size", layout.tp, why, _tp_seed(plan))
+    yield Explanation("pipeline_parallel_size", layout.pp, "one stage: TP within a node holds the model"
+                      if layout.pp == 1 else f"{layout.pp} stages: TP alone within a node cannot hold the weights"
+                      + (" (stages span nodes over Ray)" if layout.chips > target.devices_per_node else ""))
+    if plan.replica_count > 1:
+        yield Explanation("data_parallel_size", plan.replica_count,
+                          f"the model needs {layout.chips} of {target.total_devices} chips, so {plan.replica_count} "
+                          "independent instances (one vllm serve each, own device mask and port) multiply throughput "
+                          "without collectives between them")
+    else:
+        spare = workload.objective == "latency" and layout.chips < target.total_devices
+        yield Explanation("data_parallel_size", 1, "one instance" + (
+            ": the latency objective gives it the fastest split; spare chips can run other models" if spare else ""))
+    if arch.is_moe and layout.chips > 1:
+        yield Explanation("enable_expert_parallel", True,
+                          f"{arch.num_experts} experts spread whole over the {layout.chips} devices instead of "
+                          f"slicing each expert; HCCL_BUFFSIZE={MOE_EP_HCCL_BUFFSIZE_MB} for the all-to-all")
+
+
+def _cluster_parallelism(plan: Plan) -> Iterator[Explanation]:
+    """A cluster's parallel sizes explained as one instance over its nodes."""
+    cluster = plan.cluster
+    assert cluster is not None
+    per_device = _gb(plan.memory.weights_bytes)
+    single = {e.key: e for e in _single_node_parallelism(plan)}
+    if cluster.strategy == "ray":
+        yield Explanation("tensor_parallel_size", cluster.tp,
+                          f"TP inside each node over its {cluster.devices_per_node} devices: the all-reduces twice "
+                          f"per layer stay on the node's own links; {per_device} of weights per device")
+        yield Explanation("pipeline_parallel_size", cluster.pp, f"{cluster.pp} stages over {cluster.nodes} nodes "
+                          "(Ray): only activations cross between nodes")
+        yield Explanation("data_parallel_size", 1, "one instance over the cluster")
+    else:
+        experts = " (attention and the dense layers; the experts are spread by expert parallel)"
+        yield Explanation("tensor_parallel_size", cluster.tp, f"TP {cluster.tp} inside each data-parallel rank"
+                          + (experts if cluster.expert_parallel else "") + f": {per_device} of weights per device")
+        yield (Explanation("pipeline_parallel_size", 1, "one stage: each data-parallel rank runs every layer"
+                           + (", with its share of the experts" if cluster.expert_parallel else ""))
+               if cluster.pp == 1 else single["pipeline_parallel_size"])
+        yield Explanation("data_parallel_size", cluster.dp,
+                          f"{cluster.dp} data-parallel ranks, {cluster.dp_local} per node, behind the leader's one "
+                          "endpoint (vLLM's --data-parallel-*; followers --headless)"
+                          + (": the ranks run the expert layers together (all-to-all every MoE layer)"
+                             if cluster.expert_parallel else ": independent engines, no collectives between them"))
+    if cluster.expert_parallel:
+        buffer = cluster.hccl_buffsize_mb or MOE_EP_HCCL_BUFFSIZE_MB
+        yield Explanation("enable_expert_parallel", True,
+                          f"the {plan.model.arch.num_experts} routed experts spread whole over the {cluster.ep_size} "
+                          "devices of the expert-parallel group instead of slicing each expert; "
+                          f"HCCL_BUFFSIZE={buffer} for the all-to-all")
+    elif "enable_expert_parallel" in single:
+        yield single["enable_expert_parallel"]
+    yield Explanation("multinode", cluster.strategy, f"{cluster.why}; not {cluster.rejected[0]}")
+
+
+def _parallelism(plan: Plan) -> Iterator[Explanation]:
+    yield from (_cluster_parallelism(plan) if plan.cluster else _single_node_parallelism(plan))
+
+
+def _lengths(plan: Plan) -> Iterator[Explanation]:
+    workload, arch, need = plan.workload, plan.model.arch, plan.workload.request_tokens
+    max_model_len = plan.server_int("max_model_len")
+    if plan.options.fixed("max_model_len") is not None:
+        why = "as asked"
+    elif plan.rules.family.modest_max_model_len:
+        why = (f"explicit and modest on 310P: its attention mask is max_model_len^2 float16; {need} tokens per request "
+               "rounded up")
+    else:
+        why = (f"headroom above the workload's {need} tokens, within the model's {arch.max_position_embeddings} "
+               "positions; paged KV makes a longer limit cost nothing until used")
+    seed = None if max_model_len == SEED["max_model_len"] else (
+        f"the seed uses max_model_len=2048; {max_model_len} "
+        + ("fits this workload and model" if max_model_len >= need else "is what fits"))
+    yield Explanation("max_model_len", max_model_len, why, seed)
+    batched = plan.server_int("max_num_batched_tokens")
+    if plan.options.fixed("max_num_batched_tokens") is not None:
+        bwhy = "as asked"
+    elif workload.objective == "throughput":
+        bwhy = ("a large prefill chunk: prompts are processed in fewer, more efficient steps (higher throughput, "
+                "slightly longer decode steps while a chunk runs)")
+    else:
+        bwhy = ("a prefill chunk that takes the workload's prompt in one step (low TTFT) without stalling running "
+                "decodes for long")
+    yield Explanation("max_num_batched_tokens", batched, bwhy, None if batched == SEED["max_num_batched_tokens"]
+                      else f"the seed uses 4096; {batched} suits the {workload.objective} objective here")
+
+
+def _batching_and_memory(plan: Plan) -> Iterator[Explanation]:
+    need = plan.workload.request_tokens
+    block = plan.server_int("block_size")
+    kv_conc = int(max_concurrency(plan.memory.kv_cache_tokens, need, block))
+    if plan.options.fixed("max_num_seqs") is not None:
+        why = "as asked"
+    elif plan.workload.objective == "throughput":
+        why = (f"as many sequences as the KV cache holds at {need} tokens each ({kv_conc}), capped at {plan.seq_cap}: "
+               "a bigger decode batch reads the same weights for more tokens")
+    else:
+        per_replica = math.ceil(plan.workload.concurrency / plan.replica_count)
+        why = (f"room for the workload's {per_replica} concurrent requests with little slack: a small decode batch "
+               "keeps each step short")
+    yield Explanation("max_num_seqs", plan.server.max_num_seqs, why)
+    budget = plan.memory
+    if plan.server.kv_cache_memory_bytes is not None:
+        yield Explanation("kv_cache_memory_bytes", budget.kv_budget_bytes,
+                          "the CPU engine's KV budget is exactly this (--kv-cache-memory-bytes); the plan's token "
+                          "count is computed the way vLLM does and matches its 'KV cache size' log line")
+    yield Explanation("memory.kv_cache_tokens", budget.kv_cache_tokens,
+                      f"{_gb(budget.kv_budget_bytes)} of KV budget / {budget.kv_bytes_per_token} bytes per token, in "
+                      f"whole blocks: {kv_conc} concurrent {need}-token requests")
+
+
+def _graphs(plan: Plan) -> Iterator[Explanation]:
+    mode = plan.graph_mode
+    if mode == "cpu_compiled":
+        yield Explanation("enforce_eager", False, "pipeline stages on the CPU engine need its compile warm-up: in "
+                          "eager mode the first request fails (the tensors passed between stages are only created by "
+                          "the warm-up run)")
+    elif mode == "full_decode_only":
+        config = plan.server.compilation_config or {}
+        sizes = config.get("cudagraph_capture_sizes") or []
+        yield Explanation("compilation_config", config,
+                          f"whole decode steps replay as ACL graphs, removing most per-layer launch cost; {len(sizes)} "
+                          f"capture sizes up to min(max_num_seqs, {MAX_CAPTURE_SIZE}) stay clear of the 207008/207005 "
+                          "capture errors")
+    elif mode == "piecewise":
+        yield Explanation("compilation_config", None,
+                          f"vllm-ascend {plan.release} predates FULL_DECODE_ONLY; its default piecewise ACL graphs are "
+                          "kept")
+    else:
+        why = "as asked" if plan.options.fixed("enforce_eager") else plan.rules.eager_why(plan.release)
+        yield Explanation("enforce_eager", True, why)
+
+
+def _quantization(plan: Plan) -> Iterator[Explanation]:
+    if plan.server.quantization:
+        model = plan.model
+        yield Explanation("quantization", plan.server.quantization,
+                          f"{model.quantization} weights (from {model.quantization_source or 'the checkpoint'}) are "
+                          f"served through vllm-ascend's ModelSlim loader, --quantization {plan.server.quantization}")
+
+
+def _environment(plan: Plan) -> Iterator[Explanation]:
+    if plan.rules.engine_per_host:
+        yield Explanation("env.OMP_NUM_THREADS", None,
+                          "not set: on the CPU engine OpenMP threads do the model's math and vLLM binds them itself "
+                          "(VLLM_CPU_OMP_THREADS_BIND)",
+                          "the seed sets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, right for an NPU host, "
+                          "crippling on the CPU engine")
+        return
+    buffer = plan.hccl_buffer
+    for setting in plan.env_settings:
+        if buffer is not None and setting.name == "HCCL_BUFFSIZE":
+            yield Explanation("env.HCCL_BUFFSIZE", buffer.mb,
+                              f"{buffer.why} ({plan.server.max_num_seqs} sequences per rank per step)",
+                              f"the usual advice is a flat {MOE_EP_HCCL_BUFFSIZE_MB}: sized from the model and batch "
+                              "instead")
+        else:
+            yield Explanation(f"env.{setting.name}", setting.value, setting.why, setting.seed)
+    if len(plan.replicas) > 1:
+        yield Explanation("env.ASCEND_RT_VISIBLE_DEVICES", None,
+                          "each replica gets its own ASCEND_RT_VISIBLE_DEVICES (see replicas)")
+
+
+# In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
+_SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
+    _dtype, _block_size, _utilization, _parallelism, _lengths, _batching_and_memory, _graphs, _quantization,
+    _environment,
+)
+
+
+def explain(plan: Plan) -> tuple[Explanation, ...]:
+    """Every explanation of the plan, each key once."""
+    out: dict[str, Explanation] = {}
+    for section in _SECTIONS:
+        for item in section(plan):
+            if item.key in out:
+                raise ValueError(f"the plan explains {item.key!r} twice")
+            out[item.key] = item
+    return tuple(out.values())
