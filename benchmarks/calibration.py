@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from npuops.plan.catalog import load_model
 from npuops.plan.environment import parse_release
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.model import load_model
 from npuops.plan.planner import make_plan
 from npuops.plan.target import parse_hardware_spec
 

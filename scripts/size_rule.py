@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The size rule of npuops' code (scripts/test.sh runs it): no function longer than 80 lines, no module longer than
-600, in npuops/ and checks/. A function's length runs from its `def` to its last line (decorators, such as a command's
-click options, are declarations, not logic); a module's is its line count. Long code is where a change needs reading everything: split it by what it decides.
+600, in npuops/ and checks/. A function's length runs from its `def` to its last line (decorators, such as a
+command's click options, are declarations, not logic); a module's is its line count. Long code is where a change
+needs reading everything: split it by what it decides.
 
 Usage: scripts/size_rule.py [ROOT]   (exit 1 and one line per offender when the rule is broken)
 """

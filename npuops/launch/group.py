@@ -24,7 +24,7 @@ from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
 from npuops.instance.ray import describe_ray_state
 from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
-from npuops.plan.planner import Plan
+from npuops.plan.result import Plan
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
 # Inventory variables a host may set to override what npuops works out from its node model.

@@ -27,7 +27,7 @@ from npuops.instance.record import (
     validate_instance_name,
 )
 from npuops.launch.render import render_template
-from npuops.plan.planner import Plan
+from npuops.plan.result import Plan
 from npuops.plan.rules import Replica
 from npuops.plan.server_options import ServerOptions
 from npuops.settings import DEFAULT_VENV

@@ -33,7 +33,7 @@ from npuops.launch.instance_files import (
 )
 from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
-from npuops.plan.planner import Plan
+from npuops.plan.result import Plan
 
 RAY_ENV_FILE = "ray.env"
 

@@ -22,7 +22,7 @@ from npuops.launch.instance_files import (
     render_instances,
     write_instance_files,
 )
-from npuops.plan.planner import Plan
+from npuops.plan.result import Plan
 from npuops.settings import Settings
 
 LOCAL_BINDS = ("127.0.0.1", "::1", "localhost")

@@ -1,4 +1,6 @@
-"""The model catalog: one TOML file per model under npuops/data/models, architecture facts only.
+"""The model catalog, and models by reference (`load_model`): a local directory or a catalog name.
+
+The catalog is one TOML file per model under npuops/data/models, architecture facts only.
 
 Each file holds the published config.json values under [config] (same key names, so the same parser reads a
 catalog entry and a downloaded model), a `source` citing where they were copied from, and the parameter count
@@ -10,11 +12,19 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
-from npuops.plan.model import ModelSpec, arch_from_config, weight_bytes_from_arch
+from npuops.errors import BadInputError
+from npuops.plan.model import (
+    ModelSpec,
+    arch_from_config,
+    model_from_directory,
+    normalise_quantization,
+    weight_bytes_from_arch,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -112,3 +122,38 @@ def close_names(ref: str, limit: int = 4) -> list[str]:
         stem = wanted.split("-")[0]
         names = [n for n in catalog_names() if n.startswith(stem)]
     return names[:limit]
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
+
+
+def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
+    """A model from a local directory or a catalog name (case-insensitive; aliases; an org/ prefix is ignored)."""
+    if not ref or not ref.strip():
+        raise BadInputError("no model given", "pass a model directory or a catalog name such as qwen3-8b")
+    candidate = Path(ref).expanduser()
+    if candidate.is_dir():
+        return model_from_directory(candidate, quantization)
+    if candidate.exists():
+        raise BadInputError(f"{ref} is a file, not a model directory", "pass the directory that holds config.json")
+    entry = catalog_entry(ref)
+    if entry is not None:
+        quant = normalise_quantization(quantization) if quantization else None
+        return replace(
+            entry.spec,
+            quantization=quant,
+            quantization_source="flag" if quant else None,
+            weight_bytes=weight_bytes_from_arch(entry.spec.arch, entry.spec.arch.torch_dtype, quant),
+        )
+    suggestions = close_names(ref)
+    hint = f" (close catalog names: {', '.join(suggestions)})" if suggestions else ""
+    if _looks_like_path(ref):
+        raise BadInputError(
+            f"model directory {ref} does not exist",
+            f"check the path, or use a catalog name{hint}",
+        )
+    raise BadInputError(
+        f"{ref!r} is neither a model directory nor a catalog model{hint}",
+        "pass a local Hugging Face model directory, or a catalog name (npuops/data/models), e.g. qwen3-8b",
+    )

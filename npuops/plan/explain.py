@@ -9,33 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from npuops.plan.environment import MOE_EP_HCCL_BUFFSIZE_MB
 from npuops.plan.layout import MAX_CAPTURE_SIZE
 from npuops.plan.memory import max_concurrency
-
-if TYPE_CHECKING:
-    from npuops.plan.planner import Plan
+from npuops.plan.result import Explanation, Plan
 
 # The seed document's advice, which the explanations compare against.
 SEED = {"tensor_parallel_size": 8, "block_size": 32, "max_num_batched_tokens": 4096, "max_model_len": 2048,
         "dtype": "float16"}
-
-
-@dataclass(frozen=True)
-class Explanation:
-    key: str
-    value: Any
-    why: str
-    seed: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "value": self.value, "why": self.why}
-        if self.seed:
-            out["seed"] = self.seed
-        return out
 
 
 def _gb(n: float) -> str:

@@ -11,7 +11,7 @@ import json
 import math
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -417,7 +417,7 @@ def _weights_on_disk(directory: Path) -> tuple[int | None, str, bool]:
     return None, "architecture", False
 
 
-def _model_from_directory(directory: Path, quantization: str | None) -> ModelSpec:
+def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec:
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise BadInputError(
@@ -472,41 +472,4 @@ def _model_from_directory(directory: Path, quantization: str | None) -> ModelSpe
         weight_bytes_source=source,
         quantization_source=quant_source,
         notes=tuple(notes),
-    )
-
-
-def _looks_like_path(ref: str) -> bool:
-    return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
-
-
-def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
-    """A model from a local directory or a catalog name (case-insensitive; aliases; an org/ prefix is ignored)."""
-    from npuops.plan.catalog import catalog_entry, close_names
-
-    if not ref or not ref.strip():
-        raise BadInputError("no model given", "pass a model directory or a catalog name such as qwen3-8b")
-    candidate = Path(ref).expanduser()
-    if candidate.is_dir():
-        return _model_from_directory(candidate, quantization)
-    if candidate.exists():
-        raise BadInputError(f"{ref} is a file, not a model directory", "pass the directory that holds config.json")
-    entry = catalog_entry(ref)
-    if entry is not None:
-        quant = normalise_quantization(quantization) if quantization else None
-        return replace(
-            entry.spec,
-            quantization=quant,
-            quantization_source="flag" if quant else None,
-            weight_bytes=weight_bytes_from_arch(entry.spec.arch, entry.spec.arch.torch_dtype, quant),
-        )
-    suggestions = close_names(ref)
-    hint = f" (close catalog names: {', '.join(suggestions)})" if suggestions else ""
-    if _looks_like_path(ref):
-        raise BadInputError(
-            f"model directory {ref} does not exist",
-            f"check the path, or use a catalog name{hint}",
-        )
-    raise BadInputError(
-        f"{ref!r} is neither a model directory nor a catalog model{hint}",
-        "pass a local Hugging Face model directory, or a catalog name (npuops/data/models), e.g. qwen3-8b",
     )

@@ -15,10 +15,11 @@ from npuops.errors import EnvironmentMissingError
 from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
+from npuops.plan.catalog import load_model
 from npuops.plan.fields import Limits, UserFlag, check_fields, declared, flagged_fields
 from npuops.plan.inputs import STRATEGIES, PlanOptions, Workload
-from npuops.plan.model import load_model
-from npuops.plan.planner import Plan, make_plan
+from npuops.plan.planner import make_plan
+from npuops.plan.result import Plan
 from npuops.plan.server_options import ServerOptions
 from npuops.plan.target import MAX_NODES, HardwareTarget, cpu_target, parse_hardware_spec, target_from_node
 from npuops.settings import Settings

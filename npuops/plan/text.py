@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from npuops.plan.planner import Plan
+from npuops.plan.result import Plan
 from npuops.textout import human_bytes, table
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, render_cluster
+from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.model import load_model
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.engine.conftest import REPO

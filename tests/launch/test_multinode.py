@@ -43,9 +43,10 @@ from npuops.launch.multinode import (
     ray_unit_name,
     render_cluster,
 )
+from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.model import load_model
-from npuops.plan.planner import Plan, make_plan
+from npuops.plan.planner import make_plan
+from npuops.plan.result import Plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.plan.conftest import TINY_LLAMA
 

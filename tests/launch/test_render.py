@@ -17,8 +17,8 @@ from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.launch.instance_files import LaunchSpec, read_api_key_file, render_instances, write_instance_files
 from npuops.launch.render import env_quote, render_template, systemd_quote
+from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.model import load_model
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.conftest import REPO

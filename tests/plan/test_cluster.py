@@ -22,10 +22,12 @@ from pathlib import Path
 import pytest
 
 from npuops.errors import BadInputError
+from npuops.plan.catalog import load_model
 from npuops.plan.cluster import HCCL_DEFAULT_BUFFSIZE_MB, MC2_MAX_BS, ClusterPlan, hccl_buffsize_for_ep
 from npuops.plan.inputs import PlanOptions, Workload, check_strategy
-from npuops.plan.model import ModelArch, load_model
-from npuops.plan.planner import Plan, make_plan
+from npuops.plan.model import ModelArch
+from npuops.plan.planner import make_plan
+from npuops.plan.result import Plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from npuops.plan.text import render_plan_text
 from tests.plan.conftest import TINY_LLAMA

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npuops.plan.catalog import model_catalog
+from npuops.plan.catalog import load_model, model_catalog
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.memory import kv_bytes_per_token, kv_cache_tokens, max_concurrency, weights_per_device
-from npuops.plan.model import load_model
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target
 

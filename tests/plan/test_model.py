@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from npuops.errors import BadInputError
-from npuops.plan.model import count_parameters, load_model, safetensors_tensor_bytes, weight_bytes_from_arch
+from npuops.plan.catalog import load_model
+from npuops.plan.model import count_parameters, safetensors_tensor_bytes, weight_bytes_from_arch
 
 from .conftest import FIXTURES, TINY_LLAMA, tiny_tensors, write_safetensors
 

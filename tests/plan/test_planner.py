@@ -9,11 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npuops.errors import BadInputError
+from npuops.plan.catalog import load_model
 from npuops.plan.constants import memory_constants
 from npuops.plan.environment import environment_for, parse_release
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.layout import tp_is_valid
-from npuops.plan.model import ModelArch, ModelSpec, load_model, weight_bytes_from_arch
+from npuops.plan.model import ModelArch, ModelSpec, weight_bytes_from_arch
 from npuops.plan.planner import PlanDoesNotFit, make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 
