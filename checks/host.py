@@ -16,6 +16,11 @@ from typing import Any
 from npuops.doctor.common import skip_without_npus
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
+from npuops.hardware.host import parse_cpu_list
+from npuops.hardware.node import Chip
+from npuops.hardware.npu_smi_detail import NpuTopology, parse_npu_smi_topo
+from npuops.parsing import ParseError
+from npuops.textout import compact_cpu_list
 
 GIB = 1024**3
 ARM_MACHINES = ("aarch64", "arm64")
@@ -70,6 +75,106 @@ class CpusetPerNpu(Check):
                                f"CPUAffinity=), use at most {fewer} chip(s) (--devices), or turn the binding off "
                                "(--additional-config '{\"enable_cpu_binding\": false}')", **evidence)
         return Result.passed(f"{allowed} allowed CPUs for {npus} NPU(s) (≥ {per_npu} each)", **evidence)
+
+
+# vllm-ascend's CPU binding (vllm_ascend/cpu_binding.py) places A2 and 310P workers by topology: each NPU's pool is
+# its `npu-smi info -t topo` "CPU Affinity" intersected with Cpus_allowed_list, and an empty intersection raises
+# "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity" (the worker logs it and runs unbound). A3 is
+# bound by an even split of the cpuset instead (its "global_slice" mode), so there is no affinity to check there.
+SLICED_FAMILIES = frozenset({"A3"})
+
+
+@dataclass(frozen=True)
+class NpuAffinity:
+    """One chip's affine CPUs (its row of the topology) and the part of them this process may run on."""
+
+    chip: Chip
+    affine: tuple[int, ...]
+    allowed: tuple[int, ...]
+
+
+def npu_affinities(topo: NpuTopology, chips: list[Chip], allowed_cpus: tuple[int, ...]) -> list[NpuAffinity]:
+    """Each chip's affinity, for the chips the topology has one for. Pure.
+
+    Rows are matched to chips as vllm-ascend matches them: the n-th NPU row is logical NPU n, the id
+    ASCEND_RT_VISIBLE_DEVICES uses (Chip.device_id).
+    """
+    allowed = set(allowed_cpus)
+    by_row = topo.cpu_affinity
+    found: list[NpuAffinity] = []
+    for chip in chips:
+        text = by_row[chip.device_id] if 0 <= chip.device_id < len(by_row) else None
+        if not text:
+            continue
+        try:
+            affine = parse_cpu_list(text)
+        except ParseError:
+            continue
+        found.append(NpuAffinity(chip, affine, tuple(cpu for cpu in affine if cpu in allowed)))
+    return found
+
+
+class NpuCpuAffinity(Check):
+    """On ARM hosts each NPU a launch uses has CPUs of its own NUMA affinity (`npu-smi info -t topo`) in the cpuset."""
+
+    id = "npu-cpu-affinity"
+    area = "host"
+    severity = Severity.MEDIUM
+    level = 1
+    requires = ("npu-smi",)
+
+    def run(self, ctx: CheckContext) -> Result:
+        host = ctx.node.host
+        if host.arch not in ARM_MACHINES:
+            return Result.skip(f"{host.arch} host: vllm-ascend binds CPUs (by NPU affinity) on ARM hosts only",
+                               "nothing to do on x86", arch=host.arch)
+        skipped = skip_without_npus(ctx)
+        if skipped is not None:
+            return skipped
+        chips = [c for c in ctx.selected_chips() if c.family not in SLICED_FAMILIES]
+        if not chips:
+            return Result.skip("no chip of this launch is bound by affinity (A3 chips get an even share of the "
+                               "cpuset instead; cpuset-per-npu checks its size)", "nothing to do",
+                               families=sorted({c.family or "?" for c in ctx.selected_chips()}))
+        topo = self._topology(ctx)
+        if isinstance(topo, Result):
+            return topo
+        affinities = npu_affinities(topo, chips, host.allowed_cpus)
+        if not affinities:
+            return Result.skip("`npu-smi info -t topo` gives no CPU Affinity for the chips of this launch: "
+                               "vllm-ascend then splits the cpuset evenly", "nothing to do (cpuset-per-npu checks "
+                               "the cpuset's size)", topology="no-affinity", devices=[c.device_id for c in chips])
+        allowed = compact_cpu_list(host.allowed_cpus)
+        outside = [a for a in affinities if not a.allowed]
+        bound = [c for c in ctx.node.chips if c.family not in SLICED_FAMILIES]
+        usable = [a.chip.device_id for a in npu_affinities(topo, bound, host.allowed_cpus) if a.allowed]
+        evidence = {"allowed_cpus": allowed,
+                    "affinity": {a.chip.device_id: compact_cpu_list(a.affine) for a in affinities},
+                    "allowed_affine": {a.chip.device_id: len(a.allowed) for a in affinities},
+                    "outside": [a.chip.device_id for a in outside], "devices_with_affine_cpus": usable}
+        if outside:
+            listing = ", ".join(f"device {a.chip.device_id} (CPUs {compact_cpu_list(a.affine)})" for a in outside)
+            wanted = compact_cpu_list(sorted({cpu for a in affinities for cpu in a.affine}))
+            return Result.warn(
+                f"no CPU of the NUMA affinity of {listing} is in the allowed cpuset ({allowed}): vllm-ascend's CPU "
+                "binding gives up for these NPUs (\"conflict with NUMA affinity\") and their workers run unbound",
+                f"give the service the CPUs of its NPUs (container: --cpuset-cpus={wanted}; systemd: "
+                f"CPUAffinity={wanted.replace(',', ' ')}), or use NPUs whose CPUs it has (--devices "
+                f"{','.join(map(str, usable)) or '...'}); cpuset-per-npu says how many it needs", **evidence)
+        return Result.passed(f"{len(affinities)} NPU(s) have CPUs of their NUMA affinity in the allowed cpuset "
+                             f"({allowed})", **evidence)
+
+    @staticmethod
+    def _topology(ctx: CheckContext) -> NpuTopology | Result:
+        result = ctx.probe.run(ctx.settings.npu_smi, "info", "-t", "topo")
+        fallback = "nothing to do: vllm-ascend then splits the cpuset evenly (cpuset-per-npu checks its size)"
+        if not result.ok:
+            return Result.skip(f"`npu-smi info -t topo` did not answer ({result.describe()})", fallback,
+                               topology="no-answer")
+        try:
+            return parse_npu_smi_topo(result.output)
+        except ParseError as exc:
+            return Result.skip(f"`npu-smi info -t topo` not understood: {exc}", fallback, topology="not-understood")
 
 
 class NumaBalancing(Check):

@@ -13,6 +13,7 @@ host address.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import errno
 import socket
 from collections.abc import Callable
@@ -26,10 +27,12 @@ from npuops.hardware.hccn import (
     PING_FAILURE_MARKERS,
     HccnIp,
     HccnLink,
+    HccnLinkStat,
     HccnNetHealth,
     HccnPing,
     parse_hccn_ip,
     parse_hccn_link,
+    parse_hccn_link_stat,
     parse_hccn_net_health,
     parse_hccn_ping,
 )
@@ -114,8 +117,40 @@ def _unreadable_warn(readings: _NicReadings, query: str, evidence: dict[str, Any
                        unreadable={c.device_id: why for c, why in readings.unreadable}, **evidence)
 
 
+@dataclass(frozen=True)
+class LinkFlaps:
+    """What one NIC's `hccn_tool -i N -link_stat -g` says about its recent past, by the NIC's own clock."""
+
+    downs: int | None  # LINK DOWN records within the window; None when the output gives no time to count from
+    last_change: str | None  # the newest record as printed ("Fri Sep  1 06:34:43 2023 LINK DOWN")
+    link_up_count: int | None
+
+    def to_evidence(self) -> dict[str, Any]:
+        return {"downs_in_window": self.downs, "last_change": self.last_change, "link_up_count": self.link_up_count}
+
+
+def recent_link_downs(stat: HccnLinkStat, window_s: float) -> LinkFlaps:
+    """The LINK DOWN records of the `window_s` seconds before the output's `current time`. Pure.
+
+    Both times are the NIC's clock, so a host clock that is off does not matter; without a readable current time
+    the records cannot be placed, and `downs` is None.
+    """
+    newest = stat.changes[0] if stat.changes else None
+    last = f"{newest.time} {newest.event}" if newest is not None else None
+    now = stat.current
+    if now is None:
+        return LinkFlaps(None, last, stat.link_up_count)
+    since = now - datetime.timedelta(seconds=window_s)
+    downs = sum(1 for change in stat.changes if not change.up and change.at is not None and change.at >= since)
+    return LinkFlaps(downs, last, stat.link_up_count)
+
+
+def _window(seconds: float) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds:g} s"
+
+
 class HccnLinkUp(Check):
-    """The NPU NIC of every chip a launch uses has link status UP (`hccn_tool -i N -link -g`)."""
+    """The NPU NIC of every chip a launch uses has link UP and has not been flapping (`hccn_tool -link/-link_stat`)."""
 
     id = "hccn-link"
     area = "network"
@@ -128,7 +163,11 @@ class HccnLinkUp(Check):
         if isinstance(readings, Result):
             return readings
         links: list[tuple[Chip, HccnLink]] = readings.values
-        evidence: dict[str, Any] = {"link": {c.device_id: link.status for c, link in links}}
+        window = float(ctx.threshold("hccn_link_flap_window_s"))
+        warn_downs = int(ctx.threshold("hccn_link_flap_warn_downs"))
+        flaps = self._flaps(ctx, window)
+        evidence: dict[str, Any] = {"link": {c.device_id: link.status for c, link in links},
+                                    "flap_window_s": window, "flap_warn_downs": warn_downs, **flaps.evidence}
         down = [(c, link) for c, link in links if not link.up]
         if down:
             listing = ", ".join(f"{_label(c)} {link.status}" for c, link in down)
@@ -139,7 +178,46 @@ class HccnLinkUp(Check):
                                "speed); a multi-node launch over these NICs times out in HCCL (EI0006)", **evidence)
         if readings.unreadable:
             return _unreadable_warn(readings, "-link", evidence)
-        return Result.passed(f"{len(links)} NPU NIC(s) link UP", **evidence)
+        flapping = [(c, f) for c, f in flaps.values if f.downs is not None and f.downs >= warn_downs]
+        if flapping:
+            listing = "; ".join(f"{_label(c)} went down {f.downs} times in the last {_window(window)} "
+                                f"(last change: {f.last_change})" for c, f in flapping)
+            first = flapping[0][0].device_id
+            return Result.warn(
+                f"NPU NIC link flapping: {listing}",
+                "have the optic/cable and the switch port of each NIC checked (the switch log shows the same "
+                f"flaps; `hccn_tool -i {first} -link_stat -g` lists them): HCCL over a link that drops fails in "
+                "long runs with ERROR CQE (EI0013, RoCE retransmission timeout) or a notify wait timeout (EI0002); "
+                "larger HCCL_RDMA_TIMEOUT / HCCL_RDMA_RETRY_CNT ride out short drops", **evidence)
+        return Result.passed(f"{len(links)} NPU NIC(s) link UP" + flaps.summary(window, warn_downs), **evidence)
+
+    @staticmethod
+    def _flaps(ctx: CheckContext, window: float) -> _FlapReadings:
+        """`-link_stat -g` of every NIC: supporting evidence, so a NIC that cannot answer it is noted, not judged."""
+        readings = _query(ctx, "-link_stat", parse_hccn_link_stat)
+        if isinstance(readings, Result):
+            return _FlapReadings([], {"link_stat_skipped": readings.message})
+        stats: list[tuple[Chip, HccnLinkStat]] = readings.values
+        values = [(chip, recent_link_downs(stat, window)) for chip, stat in stats]
+        evidence: dict[str, Any] = {"link_stat": {c.device_id: f.to_evidence() for c, f in values}}
+        if readings.unreadable:
+            evidence["link_stat_unreadable"] = {c.device_id: why for c, why in readings.unreadable}
+        return _FlapReadings(values, evidence)
+
+
+@dataclass(frozen=True)
+class _FlapReadings:
+    values: list[tuple[Chip, LinkFlaps]]
+    evidence: dict[str, Any]
+
+    def summary(self, window: float, warn_downs: int) -> str:
+        counted = [(c, f.downs) for c, f in self.values if f.downs is not None]
+        if not counted:
+            return ""
+        dropped = [f"device {c.device_id} {downs}x" for c, downs in counted if downs]
+        if not dropped:
+            return f", none went down in the last {_window(window)}"
+        return f"; went down in the last {_window(window)} (under {warn_downs} times each): {', '.join(dropped)}"
 
 
 # `-net_health -g` statuses (npuops.hardware.hccn.NET_HEALTH_STATUSES): "Init" means no detection has run yet (no

@@ -1,9 +1,8 @@
-"""systemd EnvironmentFile= files: parse (for the doctor) and render (for launch), one format both ways."""
+"""systemd EnvironmentFile= files, parsed for the doctor (the launch templates render them)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from npuops.parsing import ParseError
 
@@ -30,16 +29,3 @@ def parse_env_file(text: str, what: str = "environment file") -> dict[str, str]:
                 value = re.sub(r'\\(["\\$`])', r"\1", value)
         values[name] = value
     return values
-
-
-def render_env_file(values: Mapping[str, str], header: str = "") -> str:
-    """Render for systemd: every value double-quoted with backslash escapes, so spaces and quotes survive."""
-    lines = [f"# {line}" if line else "#" for line in header.splitlines()] if header else []
-    for name, value in values.items():
-        if not _NAME.match(name):
-            raise ValueError(f"not an environment variable name: {name!r}")
-        if "\n" in value or "\x00" in value:
-            raise ValueError(f"environment value of {name} contains a newline or NUL")
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-        lines.append(f'{name}="{escaped}"')
-    return "\n".join(lines) + "\n"

@@ -20,7 +20,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from npuops.parsing import ParseError
+from npuops.parsing import (
+    Pairs,
+    ParseError,
+    content_lines,
+    error_line_pattern,
+    first_value,
+    is_elision,
+    numbered_lines,
+    split_pair,
+)
 
 __all__ = [
     "AscendInstallInfo",
@@ -40,51 +49,15 @@ __all__ = [
     "parse_version_cfg",
 ]
 
-Pairs = tuple[tuple[str, str], ...]
-
 # ----------------------------------------------------------------------------------------------------------------
 # Shared text handling
 # ----------------------------------------------------------------------------------------------------------------
 
-# C0 control characters other than tab/LF/CR, DEL, and U+FFFD (what a binary blob decodes to with errors="replace").
-_BINARY_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
-# Lines that are an error report (from the shell, cat, or a vendor tool) rather than file content.
-_ERROR_RE = re.compile(
-    r"command not found|no such file or directory|permission denied|is a directory"
-    r"|\bret(?:urn)?\s*(?:is|code|=|:)\s*-\d+",
-    re.IGNORECASE,
-)
-# An elision left by whoever published a capture ("...", "…", "......").
-_ELISION_RE = re.compile(r"(?:\.{3,}|\u2026+)")
+# Besides the shell's errors: `cat` of a directory.
+_ERRORS = error_line_pattern(r"is a directory")
+_INSTEAD_OF = "the file content"
 _KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _BRACKET_LIST_RE = re.compile(r"\[[^\[\]]*\](?:\s*,\s*\[[^\[\]]*\])*")
-
-
-def _lines(text: str, what: str) -> list[tuple[int, str]]:
-    """Split text into (1-based line number, line) after the checks every parser shares."""
-    if not isinstance(text, str):
-        raise ParseError(what, f"expected text, got {type(text).__name__}")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    if not text.strip():
-        raise ParseError(what, "empty output")
-    numbered = list(enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1))
-    for line_no, line in numbered:
-        if _BINARY_RE.search(line):
-            raise ParseError(what, "binary data (control characters) instead of text", line_no, line)
-    for line_no, line in numbered:
-        if _ERROR_RE.search(line):
-            raise ParseError(what, "the output is an error message, not the file content", line_no, line)
-    return numbered
-
-
-def _first(pairs: Pairs, *keys: str) -> str | None:
-    """Value of the first pair whose key matches one of ``keys`` (case-insensitive)."""
-    wanted = {k.lower() for k in keys}
-    for key, value in pairs:
-        if key.lower() in wanted:
-            return value
-    return None
 
 
 def _optional(value: str | None) -> str | None:
@@ -106,9 +79,9 @@ def parse_key_value_lines(text: str, what: str) -> Pairs:
     is everything after the first ``=`` (values may contain ``=``). Any other line is a ParseError.
     """
     pairs: list[tuple[str, str]] = []
-    for line_no, line in _lines(text, what):
+    for line_no, line in numbered_lines(text, what, errors=_ERRORS, instead_of=_INSTEAD_OF):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#") or _ELISION_RE.fullmatch(stripped):
+        if not stripped or stripped.startswith("#") or is_elision(stripped):
             continue
         key, sep, value = stripped.partition("=")
         key = key.strip()
@@ -123,7 +96,7 @@ def parse_key_value_lines(text: str, what: str) -> Pairs:
 
 
 def _required(pairs: Pairs, what: str, *keys: str) -> str:
-    value = _first(pairs, *keys)
+    value = first_value(pairs, *keys)
     if value is None:
         raise ParseError(what, f"missing {keys[0]}= line")
     if not value:
@@ -225,16 +198,16 @@ def _flat(groups: tuple[tuple[str, ...], ...] | None) -> tuple[str, ...]:
 def parse_driver_version_info(text: str) -> DriverVersionInfo:
     what = "driver version.info"
     pairs = parse_key_value_lines(text, what)
-    firmware = _bracket_groups(_first(pairs, "compatible_version_fw"))
+    firmware = _bracket_groups(first_value(pairs, "compatible_version_fw"))
     compatible_firmware: tuple[str, str] | None = None
     if firmware is not None and len(firmware) == 1 and len(firmware[0]) == 2 and all(firmware[0]):
         compatible_firmware = (firmware[0][0], firmware[0][1])
     return DriverVersionInfo(
         version=_required(pairs, what, "Version"),
-        package_version=_optional(_first(pairs, "package_version")),
-        inner_version=_optional(_first(pairs, "Innerversion", "inner_version")),
+        package_version=_optional(first_value(pairs, "package_version")),
+        inner_version=_optional(first_value(pairs, "Innerversion", "inner_version")),
         compatible_firmware=compatible_firmware,
-        compatible_versions=_flat(_bracket_groups(_first(pairs, "compatible_version"))),
+        compatible_versions=_flat(_bracket_groups(first_value(pairs, "compatible_version"))),
         raw=pairs,
     )
 
@@ -242,7 +215,7 @@ def parse_driver_version_info(text: str) -> DriverVersionInfo:
 def parse_firmware_version_info(text: str) -> FirmwareVersionInfo:
     what = "firmware version.info"
     pairs = parse_key_value_lines(text, what)
-    groups = _bracket_groups(_first(pairs, "compatible_version_drv"))
+    groups = _bracket_groups(first_value(pairs, "compatible_version_drv"))
     compatible_driver: tuple[str, ...] | None = None
     ranges: tuple[tuple[str, str], ...] = ()
     if groups is not None:
@@ -250,7 +223,7 @@ def parse_firmware_version_info(text: str) -> FirmwareVersionInfo:
         ranges = tuple((group[0], group[-1]) for group in groups if group[0])
     return FirmwareVersionInfo(
         version=_required(pairs, what, "Version"),
-        package_version=_optional(_first(pairs, "package_version")),
+        package_version=_optional(first_value(pairs, "package_version")),
         compatible_driver=compatible_driver,
         compatible_driver_ranges=ranges,
         raw=pairs,
@@ -261,12 +234,12 @@ def parse_ascend_install_info(text: str) -> AscendInstallInfo:
     what = "/etc/ascend_install.info"
     pairs = parse_key_value_lines(text, what)
     return AscendInstallInfo(
-        driver_install_path=_optional(_first(pairs, "Driver_Install_Path_Param")),
-        firmware_install_path=_optional(_first(pairs, "Firmware_Install_Path_Param")),
-        driver_install_type=_optional(_first(pairs, "Driver_Install_Type")),
-        driver_install_mode=_optional(_first(pairs, "Driver_Install_Mode")),
-        user_name=_optional(_first(pairs, "UserName")),
-        user_group=_optional(_first(pairs, "UserGroup")),
+        driver_install_path=_optional(first_value(pairs, "Driver_Install_Path_Param")),
+        firmware_install_path=_optional(first_value(pairs, "Firmware_Install_Path_Param")),
+        driver_install_type=_optional(first_value(pairs, "Driver_Install_Type")),
+        driver_install_mode=_optional(first_value(pairs, "Driver_Install_Mode")),
+        user_name=_optional(first_value(pairs, "UserName")),
+        user_group=_optional(first_value(pairs, "UserGroup")),
         raw=pairs,
     )
 
@@ -275,13 +248,13 @@ def parse_toolkit_install_info(text: str) -> ToolkitInstallInfo:
     what = "ascend_toolkit_install.info"
     pairs = parse_key_value_lines(text, what)
     return ToolkitInstallInfo(
-        package_name=_optional(_first(pairs, "package_name")),
+        package_name=_optional(first_value(pairs, "package_name")),
         version=_required(pairs, what, "version"),
-        inner_version=_optional(_first(pairs, "innerversion", "inner_version")),
-        arch=_optional(_first(pairs, "arch")),
-        os=_optional(_first(pairs, "os")),
-        path=_optional(_first(pairs, "path")),
-        compatible_versions=_flat(_bracket_groups(_first(pairs, "compatible_version"))),
+        inner_version=_optional(first_value(pairs, "innerversion", "inner_version")),
+        arch=_optional(first_value(pairs, "arch")),
+        os=_optional(first_value(pairs, "os")),
+        path=_optional(first_value(pairs, "path")),
+        compatible_versions=_flat(_bracket_groups(first_value(pairs, "compatible_version"))),
         raw=pairs,
     )
 
@@ -434,20 +407,17 @@ class NnalVersionInfo:
 def parse_nnal_version_info(text: str) -> NnalVersionInfo:
     what = "NNAL version.info"
     pairs: list[tuple[str, str]] = []
-    for line_no, line in _lines(text, what):
-        stripped = line.strip()
-        if not stripped or _ELISION_RE.fullmatch(stripped):
-            continue
-        key, sep, value = stripped.partition(":")
-        if not sep or not key.strip():
+    for line_no, line in content_lines(text, what, errors=_ERRORS, instead_of=_INSTEAD_OF):
+        pair = split_pair(line)
+        if pair is None:
             raise ParseError(what, "expected a 'Key : Value' line", line_no, line)
-        pairs.append((key.strip(), value.strip()))
+        pairs.append(pair)
     raw = tuple(pairs)
     version = _required(raw, what, "Ascend-cann-atb")
     return NnalVersionInfo(
         version=version,
-        build_version=_optional(_first(raw, "Ascend-cann-atb Version")),
-        platform=_optional(_first(raw, "Platform")),
+        build_version=_optional(first_value(raw, "Ascend-cann-atb Version")),
+        platform=_optional(first_value(raw, "Platform")),
         raw=raw,
     )
 

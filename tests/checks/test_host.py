@@ -15,23 +15,26 @@ from npuops.checks.host import (
     CpusetPerNpu,
     FreeMemory,
     ModelDisk,
+    NpuCpuAffinity,
     NumaBalancing,
     OpenFiles,
     ShmSize,
     Swappiness,
     model_weights,
+    npu_affinities,
 )
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.node import discover_node
+from npuops.hardware.npu_smi_detail import parse_npu_smi_topo
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
 from tests.conftest import REPO, FakeRunner, capture, put
 
-HOST_IDS = ("cpuset-per-npu", "numa-balancing", "cpu-governor", "swappiness", "shm-size", "free-memory",
-            "model-disk", "open-files")
+HOST_IDS = ("cpuset-per-npu", "npu-cpu-affinity", "numa-balancing", "cpu-governor", "swappiness", "shm-size",
+            "free-memory", "model-disk", "open-files")
 GIB = 1024**3
 
 
@@ -105,6 +108,87 @@ def test_cpuset_skips_without_npus(fake_root: Path) -> None:
     kunpeng(fake_root, "0-3")
     result = CpusetPerNpu().run(host_context(fake_root, machine="aarch64"))
     assert result.status is Status.SKIP and result.message.startswith("no NPU visible on this node")
+
+
+# --- npu-cpu-affinity ----------------------------------------------------------------------------------------------
+
+TOPO = "npu-smi-info-t-topo_910b1_8dev_1.txt"  # 8 NPUs: 0,2 -> 144-167; 1,3 -> 0-23; 4,6 -> 96-119; 5,7 -> 48-71
+TOPO_KEY = ("npu-smi", "info", "-t", "topo")
+
+
+def affinity_context(root: Path, allowed: str, *, topo: tuple[int, str, str] | None = None,
+                     smi: str = EIGHT_910B3, devices: tuple[int, ...] | None = None,
+                     machine: str = "aarch64") -> CheckContext:
+    kunpeng(root, allowed)
+    answers = {("npu-smi", "info"): (0, capture(smi), ""), TOPO_KEY: topo or (0, capture(TOPO), "")}
+    probe = Probe(Settings(root=root), runner=FakeRunner(answers, passthrough_python=False), machine=lambda: machine)
+    return CheckContext(probe, DoctorOptions(devices=devices))
+
+
+def test_affinity_passes_when_the_cpuset_covers_every_numa_node(fake_root: Path) -> None:
+    result = NpuCpuAffinity().run(affinity_context(fake_root, "0-191"))
+    assert result.status is Status.PASS
+    assert result.evidence["outside"] == []
+    assert result.evidence["affinity"] == {0: "144-167", 1: "0-23", 2: "144-167", 3: "0-23", 4: "96-119",
+                                           5: "48-71", 6: "96-119", 7: "48-71"}
+    assert set(result.evidence["allowed_affine"].values()) == {24}
+
+
+def test_affinity_warns_for_the_npus_a_one_node_cpuset_leaves_out(fake_root: Path) -> None:
+    """A container pinned to NUMA node 0's CPUs (0-23): only NPUs 1 and 3 have their CPUs there."""
+    result = NpuCpuAffinity().run(affinity_context(fake_root, "0-23"))
+    assert result.status is Status.WARN
+    assert result.evidence["outside"] == [0, 2, 4, 5, 6, 7]
+    assert result.evidence["allowed_affine"] == {0: 0, 1: 24, 2: 0, 3: 24, 4: 0, 5: 0, 6: 0, 7: 0}
+    assert result.evidence["devices_with_affine_cpus"] == [1, 3]
+    assert result.evidence["allowed_cpus"] == "0-23"
+
+
+def test_affinity_passes_for_the_npus_of_the_containers_node(fake_root: Path) -> None:
+    result = NpuCpuAffinity().run(affinity_context(fake_root, "0-23", devices=(1, 3)))
+    assert result.status is Status.PASS
+    assert result.evidence["affinity"] == {1: "0-23", 3: "0-23"} and result.evidence["outside"] == []
+
+
+def test_affinity_counts_a_partly_allowed_node_as_usable(fake_root: Path) -> None:
+    # vllm-ascend binds to the allowed part (and widens to the next NUMA node): some affine CPUs are enough.
+    result = NpuCpuAffinity().run(affinity_context(fake_root, "100-110", devices=(4, 6)))
+    assert result.status is Status.PASS and result.evidence["allowed_affine"] == {4: 11, 6: 11}
+
+
+@pytest.mark.parametrize(
+    ("topo", "why"),
+    [
+        ((1, "", "npu-smi: unknown option -t topo"), "no-answer"),
+        ((0, "hello\nworld\n", ""), "not-understood"),
+        ((0, "NPU0 NPU1\nNPU0 X PIX\nNPU1 PIX X\n", ""), "no-affinity"),
+    ],
+)
+def test_affinity_skips_without_a_usable_topology(fake_root: Path, topo: tuple[int, str, str], why: str) -> None:
+    result = NpuCpuAffinity().run(affinity_context(fake_root, "0-23", topo=topo))
+    assert result.status is Status.SKIP and result.evidence["topology"] == why
+
+
+def test_affinity_skips_on_x86_and_on_a3(fake_root: Path) -> None:
+    x86 = NpuCpuAffinity().run(affinity_context(fake_root, "0-23", machine="x86_64"))
+    assert x86.status is Status.SKIP and x86.evidence == {"arch": "x86_64"}
+    ctx = affinity_context(fake_root, "0-23", smi="npu-smi-info_a3-ascend910-2chip_1.txt")
+    a3 = NpuCpuAffinity().run(ctx)
+    assert a3.status is Status.SKIP and a3.evidence["families"] == ["A3"]
+    runner = ctx.probe.runner
+    assert isinstance(runner, FakeRunner) and TOPO_KEY not in runner.calls  # nothing asked
+
+
+def test_npu_affinities_match_rows_to_logical_ids(fake_root: Path) -> None:
+    ctx = affinity_context(fake_root, "0-23")
+    chips = list(ctx.node.chips)
+    # Four rows only: devices 4-7 have no row, so no affinity is claimed for them.
+    topo = parse_npu_smi_topo("NPU0  NPU1  NPU2  NPU3  CPU Affinity\n" + "".join(
+        f"NPU{i}  " + "  ".join("X" if j == i else "HCCS" for j in range(4)) + f"  {cpus}\n"
+        for i, cpus in enumerate(("144-167", "0-23", "144-167", "0-23"))))
+    found = npu_affinities(topo, chips, ctx.node.host.allowed_cpus)
+    assert [(a.chip.device_id, len(a.affine), len(a.allowed)) for a in found] == [
+        (0, 24, 0), (1, 24, 24), (2, 24, 0), (3, 24, 24)]
 
 
 # --- numa-balancing, swappiness, cpu-governor ---------------------------------------------------------------------

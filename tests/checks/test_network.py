@@ -24,12 +24,14 @@ from npuops.checks.network import (
     TcpReach,
     classify_connect_error,
     judge_ping,
+    recent_link_downs,
     tcp_reach,
 )
 from npuops.doctor.context import CheckContext, DoctorOptions, PeerGroup, PeerHost, parse_peers
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
+from npuops.hardware.hccn import parse_hccn_link_stat
 from npuops.hardware.host import NetInterface, read_net_interfaces
 from npuops.hardware.probe import RC_TIMEOUT, CommandResult, Probe
 from npuops.settings import Settings
@@ -99,6 +101,61 @@ def test_link_query_failing_warns(fake_root: Path) -> None:
     answers[key(7, "-link")] = (1, "", "")
     result = run(HccnLinkUp, context(fake_root, answers))
     assert result.status is Status.WARN and "device 7" in result.message
+
+
+STAT = "hccn_tool-link_stat_doc_1.txt"  # one LINK DOWN 17.6 h before its current time
+STAT_OLD = "hccn_tool-link_stat_doc_2.txt"  # one LINK DOWN 23 days before its current time
+STAT_FLAPPING = "hccn_tool-link_stat_flapping_doc_1.txt"  # two LINK DOWN within 24 h, the newest record DOWN
+
+
+def link_answers(stats: dict[int, str | tuple[int, str, str]], link: str | None = None) -> Answers:
+    """-link UP on devices 4-7 (or `link` for all), and -link_stat per device: a capture name or a raw answer."""
+    answers: Answers = {key(d, "-link"): (0, link or capture(LINK), "") for d in range(4, 8)}
+    for device, stat in stats.items():
+        answers[key(device, "-link_stat")] = (0, capture(stat), "") if isinstance(stat, str) else stat
+    return answers
+
+
+def test_link_stat_counts_the_downs_of_the_window_by_the_nics_clock() -> None:
+    flapping = parse_hccn_link_stat(capture(STAT_FLAPPING))
+    day = recent_link_downs(flapping, 86400)
+    assert (day.downs, day.last_change, day.link_up_count) == (2, "Fri Sep  1 06:34:43 2023 LINK DOWN", 2)
+    assert recent_link_downs(flapping, 3600).downs == 1  # the Aug 31 drop is 23 h old
+    assert recent_link_downs(parse_hccn_link_stat(capture(STAT_OLD)), 86400).downs == 0
+    undated = parse_hccn_link_stat(derived(capture(STAT), "current time        : Wed Jun  7 10:08:28 2023",
+                                           "link up count       : 2"))
+    assert recent_link_downs(undated, 86400).downs is None
+
+
+def test_link_flapping_warns_with_the_count_and_the_last_change(fake_root: Path) -> None:
+    ctx = context(fake_root, link_answers({4: STAT_OLD, 5: STAT_OLD, 6: STAT_FLAPPING, 7: STAT_OLD}))
+    result = run(HccnLinkUp, ctx)
+    assert result.status is Status.WARN
+    assert result.evidence["link_stat"][6] == {
+        "downs_in_window": 2, "last_change": "Fri Sep  1 06:34:43 2023 LINK DOWN", "link_up_count": 2}
+    assert {d: e["downs_in_window"] for d, e in result.evidence["link_stat"].items()} == {4: 0, 5: 0, 6: 2, 7: 0}
+    assert (result.evidence["flap_window_s"], result.evidence["flap_warn_downs"]) == (86400, 2)
+
+
+def test_one_recent_drop_is_not_flapping(fake_root: Path) -> None:
+    result = run(HccnLinkUp, context(fake_root, link_answers({d: STAT for d in range(4, 8)})))
+    assert result.status is Status.PASS
+    assert {d: e["downs_in_window"] for d, e in result.evidence["link_stat"].items()} == {4: 1, 5: 1, 6: 1, 7: 1}
+
+
+def test_link_down_fails_before_flapping_warns(fake_root: Path) -> None:
+    down = derived(capture(LINK), "UP", "DOWN")
+    result = run(HccnLinkUp, context(fake_root, link_answers({d: STAT_FLAPPING for d in range(4, 8)}, link=down)))
+    assert result.status is Status.FAIL
+    assert result.evidence["link_stat"][4]["downs_in_window"] == 2  # the history is evidence for the failure
+
+
+def test_link_stat_a_nic_cannot_answer_is_noted_not_judged(fake_root: Path) -> None:
+    stats: dict[int, str | tuple[int, str, str]] = {4: STAT_OLD, 5: STAT_OLD, 6: STAT_OLD, 7: (1, "", "")}
+    result = run(HccnLinkUp, context(fake_root, link_answers(stats)))
+    assert result.status is Status.PASS
+    assert set(result.evidence["link_stat_unreadable"]) == {7}
+    assert set(result.evidence["link_stat"]) == {4, 5, 6}
 
 
 # --- hccn-net-health ----------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,15 +13,11 @@ from hypothesis import strategies as st
 from npuops.hardware.hccn import (
     NET_HEALTH_STATUSES,
     HccnLinkChange,
-    parse_hccn_hw_stats,
     parse_hccn_ip,
     parse_hccn_link,
     parse_hccn_link_stat,
-    parse_hccn_lldp,
     parse_hccn_net_health,
     parse_hccn_ping,
-    parse_hccn_route,
-    parse_hccn_status,
 )
 from npuops.parsing import ParseError
 from tests.conftest import ASCEND_FIXTURES, capture
@@ -108,173 +105,44 @@ def test_link_stat_doc() -> None:
     assert stat.link_down_count == 1
 
 
+def test_link_stat_times_are_read_by_the_nics_clock() -> None:
+    stat = parse_hccn_link_stat(capture("hccn_tool-link_stat_doc_1.txt"))
+    assert stat.current == datetime(2023, 6, 7, 10, 8, 28)
+    assert [change.at for change in stat.changes] == [
+        datetime(2023, 6, 6, 16, 32, 12), datetime(2023, 6, 6, 16, 32, 10), datetime(2023, 6, 6, 16, 31, 55)]
+
+
+def test_link_stat_devid_prefix_and_down_count_line() -> None:
+    stat = parse_hccn_link_stat(capture("hccn_tool-link_stat_doc_2.txt"))
+    assert stat.device_id == 0
+    assert stat.current == datetime(2025, 10, 28, 21, 46, 46)
+    assert stat.link_up_count == 2
+    assert [(c.event, c.at) for c in stat.changes] == [
+        ("LINK UP", datetime(2025, 10, 5, 10, 13, 51)),
+        ("LINK DOWN", datetime(2025, 10, 5, 10, 13, 50)),
+        ("LINK UP", datetime(2025, 10, 5, 10, 13, 35)),
+    ]
+    assert ("link down count", "1") in stat.raw
+
+
+def test_link_stat_flapping_newest_record_down() -> None:
+    stat = parse_hccn_link_stat(capture("hccn_tool-link_stat_flapping_doc_1.txt"))
+    assert stat.device_id == 2
+    assert stat.link_down_count == 2
+    assert not stat.changes[0].up and stat.changes[0].at == datetime(2023, 9, 1, 6, 34, 43)
+
+
+@pytest.mark.parametrize("time", ["Tue Feb 30 16:32:12 2023", "Tue Jun  6 25:32:12 2023", "Jux  6 16:32:12 2023",
+                                  "2023-06-06 16:32:12", "yesterday"])
+def test_link_stat_times_that_are_not_times_are_none(time: str) -> None:
+    stat = parse_hccn_link_stat(f"current time : {time}\n    {time}    LINK DOWN\n")
+    assert stat.current is None and stat.current_time == time
+    assert stat.changes[0].at is None and stat.changes[0].time == time
+
+
 def test_link_stat_mixed_devices_is_an_error() -> None:
     with pytest.raises(ParseError, match="more than one device"):
         parse_hccn_link_stat("[device 0]link up count : 2\n[device 1]link up count : 3\n")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# -route -g
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_route_910b1_default_gateway() -> None:
-    table = parse_hccn_route(capture("hccn_tool-route_910b1_1.txt"))
-    assert table.default_gateway == "29.1.0.1"
-    assert table.default_iface == "eth3"
-    assert len(table.routes) == 5
-    first = table.routes[0]
-    assert (first.destination, first.gateway, first.genmask, first.flags, first.iface) == (
-        "default",
-        "29.1.0.1",
-        "0.0.0.0",
-        "UG",
-        "eth3",
-    )
-    assert (first.metric, first.ref, first.use) == (0, 0, 0)
-    assert first.is_default
-    subnet = table.routes[1]
-    assert (subnet.destination, subnet.gateway, subnet.genmask, subnet.iface) == (
-        "29.1.0.0",
-        None,
-        "255.255.0.0",
-        "eth3",
-    )
-    assert [r.iface for r in table.routes] == ["eth3", "eth3", "lo", "end3v0", "end3v0"]
-
-
-def test_route_910_32g_no_default() -> None:
-    table = parse_hccn_route(capture("hccn_tool-route_910-32g_1.txt"))
-    assert table.default_gateway is None
-    assert table.default_iface is None
-    assert [r.destination for r in table.routes] == ["10.20.11.0", "127.0.0.1", "192.168.1.0", "192.168.2.0"]
-    assert table.routes[1].flags == "UH"
-    assert table.routes[1].genmask == "255.255.255.255"
-    assert not any(r.is_default for r in table.routes)
-
-
-def test_route_header_only() -> None:
-    table = parse_hccn_route(
-        "Routing table:\nDestination     Gateway         Genmask         Flags Metric Ref    Use Iface\n"
-    )
-    assert table.routes == ()
-    assert table.default_gateway is None
-
-
-def test_route_unknown_columns_are_kept() -> None:
-    text = "Destination Gateway Genmask Flags MSS Window irtt Iface\n0.0.0.0 10.0.0.1 0.0.0.0 UG 0 0 0 eth0\n"
-    table = parse_hccn_route(text)
-    assert table.default_gateway == "10.0.0.1"
-    assert table.routes[0].metric is None
-    assert table.routes[0].extra == (("MSS", "0"), ("Window", "0"), ("irtt", "0"))
-
-
-def test_route_short_row_is_an_error() -> None:
-    text = "Destination Gateway Genmask Flags Metric Ref Use Iface\n10.0.0.0 * 255.0.0.0 U 0\n"
-    with pytest.raises(ParseError, match="expected 8 columns") as err:
-        parse_hccn_route(text)
-    assert err.value.line_no == 2
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# -status -g
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_status_910_32g() -> None:
-    status = parse_hccn_status(capture("hccn_tool-status_910-32g_1.txt"))
-    assert status.interface == "eth3"
-    assert status.speed == "200000Mb/s"
-    assert status.speed_mbps == 200000
-    assert status.duplex == "Full"
-    assert status.port == "Direct Attach Copper"
-    assert status.auto_negotiation == "off"
-    assert status.link_detected is True
-    assert len(status.supported_link_modes) == 18
-    assert status.supported_link_modes[0] == "40000baseCR4/Full"
-    assert status.supported_link_modes[-1] == "200000baseCR4/Full"
-    assert "200000baseLR4_ER4_FR4/Full" in status.supported_link_modes
-    settings_ = dict(status.settings)
-    assert settings_["Supported ports"] == "[ FIBRE ]"
-    assert settings_["Current message level"] == "0x00000036 (54) probe link ifdown ifup"
-    assert settings_["Advertised link modes"] == "Not reported"
-    assert settings_["PHYAD"] == "0"
-    assert settings_["Transceiver"] == "internal"
-    assert len(status.settings) == 17
-
-
-def test_status_link_down_unknown_speed() -> None:
-    status = parse_hccn_status("Netdev status:Settings for eth0:\n\tSpeed: Unknown!\n\tLink detected: no\n")
-    assert status.interface == "eth0"
-    assert status.speed == "Unknown!"
-    assert status.speed_mbps is None
-    assert status.link_detected is False
-    assert status.supported_link_modes == ()
-
-
-def test_status_without_ethtool_keys_is_an_error() -> None:
-    with pytest.raises(ParseError, match="no ethtool settings"):
-        parse_hccn_status("foo: bar\n")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# -hw_stats -g
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_hw_stats_910b1() -> None:
-    stats = parse_hccn_hw_stats(capture("hccn_tool-hw_stats_910b1_1.txt"))
-    assert stats.device_id == 3
-    assert len(stats.counters) == 14
-    assert stats.counters[0] == ("pd_alloc", 1)
-    assert stats.get("qp_alloc") == 1
-    assert stats.get("qp_active") == 1
-    assert stats.get("mr_alloc") == 0
-    assert stats.get("ceqe") == 0
-    assert stats.get("nonexistent") is None
-    assert len(stats.raw) == 14
-
-
-def test_hw_stats_non_integer_values_kept_in_raw() -> None:
-    stats = parse_hccn_hw_stats("[devid 1] new_counter: n/a\n[devid 1] qp_alloc: 7\n")
-    assert stats.counters == (("qp_alloc", 7),)
-    assert stats.raw == (("new_counter", "n/a"), ("qp_alloc", "7"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# -lldp -g
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_lldp_910b1_author_redacted() -> None:
-    lldp = parse_hccn_lldp(capture("hccn_tool-lldp_910b1_1.txt"))
-    assert lldp.chassis_id == "..."
-    assert lldp.port_id == "400GE1/1/20:2"
-    assert lldp.system_description == (
-        "Versatile Routing Platform Software\nVRP (R) software, Version 8.211 (DX511 V200R021C10SPC600)\nHuarong DX511"
-    )
-    assert lldp.capabilities == ("Bridge", "Router")
-    assert lldp.management_address == "26.xx.xx.xx"
-    assert lldp.max_frame_size == 9216
-    assert lldp.system_name is None
-    assert lldp.elided is True
-    assert [t.name for t in lldp.tlvs] == [
-        "Chassis ID",
-        "Port ID",
-        "System Description",
-        "System Capabilities",
-        "Management Address",
-        "Maximum Frame Size",
-        "End of LLDPDU",
-    ]
-    end = lldp.tlv("end of lldpdu")
-    assert end is not None
-    assert end.lines == ()
-
-
-def test_lldp_content_before_header_is_an_error() -> None:
-    with pytest.raises(ParseError, match="content before the first"):
-        parse_hccn_lldp("        MAC: 00:11:22:33:44:55\nPort ID TLV\n")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,10 +223,6 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "net_health": parse_hccn_net_health,
     "ip": parse_hccn_ip,
     "link_stat": parse_hccn_link_stat,
-    "route": parse_hccn_route,
-    "status": parse_hccn_status,
-    "hw_stats": parse_hccn_hw_stats,
-    "lldp": parse_hccn_lldp,
     "ping": parse_hccn_ping,
 }
 
@@ -394,8 +258,6 @@ def test_wrong_command_output_is_rejected() -> None:
         parse_hccn_net_health(capture("hccn_tool-link_doc_1.txt"))
     with pytest.raises(ParseError, match="no 'ipaddr:' or 'netmask:' line"):
         parse_hccn_ip(capture("hccn_tool-link_doc_1.txt"))
-    with pytest.raises(ParseError, match="Destination Gateway Genmask"):
-        parse_hccn_route(capture("hccn_tool-ip_doc_1.txt"))
 
 
 HCCN_CAPTURES = [capture(p.name) for p in sorted(ASCEND_FIXTURES.glob("hccn_tool-*.txt"))]
