@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,15 +29,51 @@ def test_ansible_lint_offline_passes_on_playbooks() -> None:
     shutil.rmtree(REPO / ".ansible", ignore_errors=True)
 
 
+# Where a play or a block keeps its tasks (Ansible's playbook keywords).
+_TASK_LISTS = ("pre_tasks", "tasks", "post_tasks", "handlers", "block", "rescue", "always")
+
+
+def tasks_of(document: Any) -> Iterator[dict[str, Any]]:
+    """Every task of a playbook or a tasks file, inside plays, blocks, rescue and always sections."""
+    for item in document if isinstance(document, list) else []:
+        if not isinstance(item, dict):
+            continue
+        nested = [key for key in _TASK_LISTS if isinstance(item.get(key), list)]
+        if "hosts" in item or nested:
+            for key in nested:
+                yield from tasks_of(item[key])
+        else:
+            yield item
+
+
+def non_builtin_modules(document: Any) -> list[str]:
+    """The tasks (by name) whose module is not ansible.builtin.*: a dotted key of another collection, or no
+    fully-qualified module at all (a short name would resolve to whatever collection provides it)."""
+    bad = []
+    for task in tasks_of(document):
+        modules = [k for k in task if "." in k]
+        if not modules or not all(k.startswith("ansible.builtin.") for k in modules):
+            bad.append(str(task.get("name", task)))
+    return bad
+
+
+def test_the_module_walk_finds_tasks_inside_plays_and_blocks() -> None:
+    playbook = [{"hosts": "all", "pre_tasks": [{"name": "ok", "ansible.builtin.ping": {}}],
+                 "tasks": [{"name": "outer", "block": [{"name": "nested", "community.general.foo": {}}],
+                            "rescue": [{"name": "short", "command": "true"}]}]}]
+    assert [t["name"] for t in tasks_of(playbook)] == ["ok", "nested", "short"]
+    assert non_builtin_modules(playbook) == ["nested", "short"]
+
+
 def test_only_builtin_modules_are_used() -> None:
     """Every task's module is ansible.builtin.* (no collection has to be installed on the controller)."""
     import yaml
 
-    for path in (REPO / "playbooks").rglob("*.yml"):
-        documents = yaml.safe_load(path.read_text())
-        tasks = documents if isinstance(documents, list) else []
-        for task in tasks:
-            if not isinstance(task, dict) or "name" not in task or "hosts" in task:
-                continue
-            modules = [k for k in task if "." in k]
-            assert modules and all(k.startswith("ansible.builtin.") for k in modules), f"{path}: {task['name']}"
+    checked = 0
+    for path in sorted((REPO / "playbooks").rglob("*.yml")):
+        document = yaml.safe_load(path.read_text())
+        assert non_builtin_modules(document) == [], path
+        checked += sum(1 for _ in tasks_of(document))
+    # The top-level playbooks' own tasks are walked too, not only the roles' task files.
+    launch_group = yaml.safe_load((REPO / "playbooks" / "launch-group.yml").read_text())
+    assert sum(1 for _ in tasks_of(launch_group)) > 5 and checked > 50
