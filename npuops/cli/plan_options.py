@@ -15,8 +15,7 @@ from typing import Any
 import click
 
 from npuops.plan.fields import Limits, UserFlag, flagged_fields, limits_of
-from npuops.plan.inputs import Workload
-from npuops.plan.request import PlanRequest
+from npuops.plan.inputs import PlanRequest, Workload
 from npuops.plan.server_options import ServerOptions
 
 F = Callable[..., Any]

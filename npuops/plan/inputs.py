@@ -1,16 +1,20 @@
-"""What a plan is asked for: the workload it serves and what the operator fixed (`npuops plan` flags)."""
+"""What a plan is asked for: the workload it serves, what the operator fixed, and the request that holds both with
+the model and the hardware (`npuops plan`/`launch` flags)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from npuops.errors import BadInputError
-from npuops.plan.fields import Limits, UserFlag, check_fields, declared
+from npuops.plan.fields import Limits, UserFlag, check_fields, declared, flagged_fields
 from npuops.plan.server_options import ServerOptions
 
 OBJECTIVES = ("throughput", "latency")
+# Identical nodes one plan may spread over (hardware spec and --nodes).
+MAX_NODES = 64
 STRATEGIES = ("auto", "ray", "dp")
 
 
@@ -80,3 +84,48 @@ class PlanOptions:
     def __repr__(self) -> str:
         return (f"PlanOptions({self.server.fixed()}, vllm_ascend_version={self.vllm_ascend_version!r}, "
                 f"multinode={self.multinode!r})")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A plan as an operator asks for it: the model, the hardware, the workload and what they fixed."""
+
+    model: str  # a model directory or a catalog name
+    hardware: str = declared(flag=UserFlag(
+        "hardware", "auto (this node), a spec like 910B3x8 / 310P3x2 / Ascend910x16, or cpu."), default="auto")
+    nodes: int = declared(limits=Limits(minimum=1, maximum=MAX_NODES), flag=UserFlag("nodes", "Identical nodes."),
+                          default=1)
+    devices: str | None = declared(flag=UserFlag("devices", "Plan for a subset of devices, e.g. 0-3."))
+    quantization: str | None = declared(flag=UserFlag(
+        "quantization", "Weights quantization as vllm-ascend names it (W8A8, W4A8, ...)."))
+    multinode: str = declared(limits=Limits(choices=STRATEGIES), default="auto", flag=UserFlag(
+        "multinode", "With --nodes > 1: ray (TP in a node x PP across nodes) or dp (vLLM's native data parallel, "
+        "expert parallel for MoE); auto picks and explains."))
+    vllm_ascend_version: str | None = declared(flag=UserFlag(
+        "vllm-ascend-version", "The vllm-ascend release the node runs (gates env keys and features)."))
+    workload: Workload = field(default_factory=Workload)
+    # The vLLM options the operator fixed, by ServerOptions field name (`tp`/`pp` accepted for short).
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @property
+    def options(self) -> PlanOptions:
+        return PlanOptions(vllm_ascend_version=self.vllm_ascend_version, multinode=self.multinode, **self.fixed)
+
+    @classmethod
+    def from_flags(cls, model: str, flags: Mapping[str, Any]) -> PlanRequest:
+        """The request from the CLI's flag values, named as click names them (the declared flags with `_`)."""
+        return cls(model=model, workload=Workload(**flag_values(Workload, flags)),
+                   fixed=flag_values(ServerOptions, flags), **flag_values(PlanRequest, flags))
+
+
+def flag_values(cls: type[Any], flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of `cls`'s declared flags that were given, by field name (`--tp` gives tensor_parallel_size)."""
+    out: dict[str, Any] = {}
+    for f, flag in flagged_fields(cls):
+        value = flags.get(flag.name.replace("-", "_"))
+        if value is not None and value is not False:
+            out[f.name] = value
+    return out

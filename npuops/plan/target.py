@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from npuops.errors import BadInputError
 from npuops.hardware.chips import ChipSpec, chip_by_name, chip_catalog
+from npuops.plan.inputs import MAX_NODES
 from npuops.ranges import parse_device_list
 
 # Ascend hosts carry at most 16 devices (an A3 node shows 16 dies); more is a typo.
 _MAX_DEVICES_PER_NODE = 16
-MAX_NODES = 64
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from npuops.hardware.chips import chip_by_name
 from npuops.hardware.node import Node
 from npuops.plan.catalog import load_model
 from npuops.plan.explain import explain
-from npuops.plan.inputs import PlanOptions, Workload
+from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
 from npuops.plan.planner import make_plan
-from npuops.plan.request import PlanRequest, node_target, resolve_target
+from npuops.plan.request import node_target, resolve_target
 from npuops.plan.result import Plan
 from npuops.plan.rules import AscendRules, CpuEngineRules, rules_for
 from npuops.plan.target import cpu_target, parse_hardware_spec

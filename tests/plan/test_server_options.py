@@ -11,8 +11,7 @@ import pytest
 
 from npuops.errors import BadInputError
 from npuops.plan.fields import Limits, flagged_fields, limits_of
-from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.request import PlanRequest, flag_values
+from npuops.plan.inputs import PlanOptions, PlanRequest, Workload, flag_values
 from npuops.plan.server_options import PLACEMENT_KEY, VLLM_NAME_KEY, Placement, ServerOptions, vllm_option
 
 # --- what is written, and where ------------------------------------------------------------------------------------
@@ -32,8 +31,8 @@ def test_config_file_keys_are_vllm_names_in_field_order_and_unset_values_are_lef
 
 
 def test_flags_are_the_same_options_on_a_command_line() -> None:
-    options = ServerOptions(model="/m", served_model_name="m", max_num_seqs=8, headless=True,
-                            compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2]})
+    graphs = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2]}
+    options = ServerOptions(model="/m", served_model_name="m", max_num_seqs=8, headless=True, compilation_config=graphs)
     assert options.flags() == ["--served-model-name", "m", "--max-num-seqs", "8",
                                "--compilation-config",
                                '{"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2]}', "--headless"]
