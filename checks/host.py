@@ -43,6 +43,7 @@ class CpusetPerNpu(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host
@@ -152,6 +153,7 @@ class ShmSize(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host
@@ -218,6 +220,7 @@ class FreeMemory(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host
