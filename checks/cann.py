@@ -83,6 +83,7 @@ class CannToolkit(Check):
     area = "cann"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         cann = ctx.node.cann
@@ -132,6 +133,7 @@ class CannKernels(Check):
     area = "cann"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = _cann_missing_skip(ctx, "the kernels package")
@@ -212,6 +214,7 @@ class NnalVersion(Check):
     area = "cann"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = _cann_missing_skip(ctx, "NNAL")
@@ -262,6 +265,7 @@ class DriverCannCompat(Check):
     area = "cann"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = _cann_missing_skip(ctx, "the driver")

@@ -63,6 +63,7 @@ class ChipHealth(Check):
     severity = Severity.CRITICAL
     level = 1
     requires = ("npu-smi",)
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = skip_without_npus(ctx)
@@ -100,6 +101,7 @@ class ChipTemperature(Check):
     severity = Severity.HIGH
     level = 1
     requires = ("npu-smi",)
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = skip_without_npus(ctx)
@@ -176,6 +178,7 @@ class HbmFree(Check):
     severity = Severity.CRITICAL
     level = 1
     requires = ("npu-smi",)
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         skipped = skip_without_npus(ctx)

@@ -16,6 +16,7 @@ class DriverInstalled(Check):
     area = "driver"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         node = ctx.node
@@ -40,6 +41,7 @@ class NpuSmiRuns(Check):
     severity = Severity.CRITICAL
     level = 1
     requires = ("npu-smi",)
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         smi = ctx.node.npu_smi
@@ -64,6 +66,7 @@ class DeviceNodes(Check):
     area = "driver"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host

@@ -39,6 +39,7 @@ class AscendEnv(Check):
     area = "environment"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         node = ctx.node
@@ -159,6 +160,7 @@ class LaunchBlockingGraph(Check):
     area = "environment"
     severity = Severity.CRITICAL
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         value = ctx.service_env().get("ASCEND_LAUNCH_BLOCKING")
@@ -202,6 +204,7 @@ class AllocConf(Check):
     area = "environment"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         env: Mapping[str, str] = ctx.service_env()

@@ -48,6 +48,7 @@ class CpusetPerNpu(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host
@@ -257,6 +258,7 @@ class ShmSize(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host
@@ -323,6 +325,7 @@ class FreeMemory(Check):
     area = "host"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate",)
 
     def run(self, ctx: CheckContext) -> Result:
         host = ctx.node.host

@@ -40,6 +40,7 @@ class ServedPrecision(Check):
     area = "precision"
     severity = Severity.HIGH
     level = 3
+    tags = ("verify",)
 
     def run(self, ctx: CheckContext) -> Result:
         options = ctx.options

@@ -195,6 +195,7 @@ class StackRowCheck(Check):
     area = "stack"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         stack = ctx.node.python_stack
@@ -271,6 +272,7 @@ class PythonVersion(Check):
     area = "stack"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         stack = ctx.node.python_stack
@@ -337,6 +339,7 @@ class TorchNpuCann(Check):
     area = "stack"
     severity = Severity.HIGH
     level = 1
+    tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
         node = ctx.node

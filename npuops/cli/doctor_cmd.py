@@ -3,11 +3,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from npuops.cli.main import load_context_settings
 from npuops.errors import ExitCode
+
+if TYPE_CHECKING:
+    from npuops.doctor.context import CheckContext
+    from npuops.doctor.model import Check
 
 
 def _ids(value: str | None) -> list[str] | None:
@@ -21,6 +26,8 @@ def _ids(value: str | None) -> list[str] | None:
               help="1: seconds, safe anywhere; 2: standard; 3: heavy (precision, stress).")
 @click.option("--only", help="Run only these check ids (comma-separated), whatever their level.")
 @click.option("--skip", help="Skip these check ids (comma-separated).")
+@click.option("--tag", "tags", help="Run the checks with these tags (comma-separated; `--list` shows them), whatever "
+              "their level, e.g. gate-npu.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--prometheus", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a node_exporter textfile here (atomically).")
@@ -63,7 +70,7 @@ def _ids(value: str | None) -> list[str] | None:
 @click.option("--artifacts", "fleet_artifacts", type=click.Path(file_okay=False, path_type=Path),
               help="Where to keep the Ansible runs' artifacts (with -i/--host).")
 @click.pass_context
-def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, as_json: bool,
+def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, tags: str | None, as_json: bool,
            prometheus: Path | None, explain_id: str | None, list_checks: bool, expect_chips: int | None,
            env_file: Path | None, model_dir: Path | None, devices: str | None,
            gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None, precision: bool,
@@ -76,6 +83,9 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
     --precision runs the level-3 precision checks: the kernels on this node's device in each dtype it supports
     against a float64 reference and, with --endpoint and --golden or --reference-model, the served model.
 
+    --tag selects by purpose: `gate-npu` and `gate` are what an NPU instance's start gate runs (`npuops run
+    --preflight NAME`; the instance's own checks, tagged `instance`, skip here and are left out of a plain run).
+
     With -i INVENTORY (or --host H ...) the doctor runs on every host through Ansible: one table of hosts by check
     area, the versions and chip counts that differ between hosts, clock skew, and each failure with its fix.
 
@@ -85,7 +95,8 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
     if inventory is not None or fleet_hosts or fleet_group or fleet_limit:
         _fleet_doctor(ctx, level=level, as_json=as_json, inventory=inventory, hosts=list(fleet_hosts),
                       limit=fleet_limit, group=fleet_group, forks=fleet_forks, artifacts=fleet_artifacts,
-                      single_host_options={"--only": only, "--skip": skip, "--prometheus": prometheus,
+                      single_host_options={"--only": only, "--skip": skip, "--tag": tags,
+                                           "--prometheus": prometheus,
                                            "--explain": explain_id, "--list": list_checks,
                                            "--expect-chips": expect_chips, "--env-file": env_file,
                                            "--model-dir": model_dir, "--devices": devices,
@@ -107,14 +118,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         return
     checks = discover_checks()
     if list_checks:
-        if as_json:
-            click.echo(json.dumps([{"id": c.id, "title": c.title(), "area": c.area, "level": c.level,
-                                    "severity": c.severity.value, "requires": list(c.requires)} for c in checks],
-                                  indent=2))
-        else:
-            for c in checks:
-                req = f"  [needs {', '.join(c.requires)}]" if c.requires else ""
-                click.echo(f"{c.id:<28} L{c.level} {c.severity.value:<8} {c.area:<12} {c.title()}{req}")
+        _list_checks(checks, as_json)
         return
 
     settings = load_context_settings(ctx, npu_smi=npu_smi)
@@ -140,9 +144,32 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
         served_dtype=served_dtype,
         peers=parse_peers(peers_json) if peers_json is not None else None,
     )
-    selected = select_checks(checks, level, _ids(only), _ids(skip))
-    check_ctx = CheckContext(Probe(settings), options)
+    selected = select_checks(checks, level, _ids(only), _ids(skip), _ids(tags))
+    _run_and_print(ctx, selected, CheckContext(Probe(settings), options), as_json=as_json, prometheus=prometheus)
 
+
+def _list_checks(checks: list[type[Check]], as_json: bool) -> None:
+    """`--list`: every check, with its tags and its page (what `--explain ID` prints)."""
+    from npuops.doctor.explain import doc_page
+    from npuops.doctor.model import TAGS
+
+    if as_json:
+        click.echo(json.dumps([{"id": c.id, "title": c.title(), "area": c.area, "level": c.level,
+                                "severity": c.severity.value, "requires": list(c.requires), "tags": list(c.tags),
+                                "doc": str(doc_page(c.id))} for c in checks], indent=2))
+        return
+    for c in checks:
+        req = f"  [needs {', '.join(c.requires)}]" if c.requires else ""
+        tagged = ",".join(c.tags) or "-"
+        click.echo(f"{c.id:<28} L{c.level} {c.severity.value:<8} {c.area:<12} {tagged:<14} {c.title()}{req}")
+    click.echo("\ntags:")
+    for tag, meaning in TAGS.items():
+        click.echo(f"  {tag:<10} {meaning}")
+    click.echo(f"pages: {doc_page('ID')} (`npuops doctor --explain ID`)")
+
+
+def _run_and_print(ctx: click.Context, selected: list[type[Check]], check_ctx: CheckContext, *, as_json: bool,
+                   prometheus: Path | None) -> None:
     from npuops.doctor.report import render_prometheus, render_report_text, write_prometheus
     from npuops.doctor.runner import run_checks
 

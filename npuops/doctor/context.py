@@ -16,6 +16,7 @@ from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.hardware.node import Chip, Node, discover_node
 from npuops.hardware.probe import Probe
+from npuops.instance.record import InstanceRecord
 from npuops.parsing import ParseError
 from npuops.settings import Settings
 
@@ -135,6 +136,8 @@ class DoctorOptions:
     served_dtype: str | None = None
     # The other hosts of a multi-node serving group (`--peers`); None: no network preflight between hosts.
     peers: PeerGroup | None = None
+    # The launched instance the start gate is about (its `instance`-tagged checks read it); None in a doctor run.
+    instance: InstanceRecord | None = None
 
 
 class CheckContext:

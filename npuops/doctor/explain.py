@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from npuops.doctor.registry import discover_checks
 from npuops.errors import BadInputError
 from npuops.resources import shipped_dir
+
+
+def doc_page(check_id: str) -> Path:
+    """Where a check's page is (shipped beside the checks); every check has one (tests/doctor hold them to it)."""
+    return shipped_dir("checks") / "docs" / f"{check_id}.md"
 
 
 def explain_page(check_id: str) -> str:
     ids = {c.id for c in discover_checks()}
     if check_id not in ids:
         raise BadInputError(f"no check with id {check_id!r}", "list the ids with `npuops doctor --list`")
-    page = shipped_dir("checks") / "docs" / f"{check_id}.md"
+    page = doc_page(check_id)
     try:
         return page.read_text(encoding="utf-8")
     except OSError:

@@ -2,8 +2,9 @@
 
 A check is a small class with a stable kebab-case `id`, a title (its docstring's first line), a
 `severity`, a `level` (1 = seconds, safe anywhere; 2 = standard; 3 = heavy), the tools it
-`requires`, and `run(ctx) -> Result`. A Result is frozen and carries the evidence it is based on
-and, unless it passed, what to do about it.
+`requires`, the `tags` that select it for a purpose (the start gate, `launch --verify`), and
+`run(ctx) -> Result`. A Result is frozen and carries the evidence it is based on and, unless it
+passed, what to do about it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,19 @@ class Result:
 
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
+# The tags npuops selects checks by, and what each means (`npuops doctor --list` shows them). A check may carry only
+# these: a misspelt tag would silently drop the check from the selection that needs it.
+TAG_GATE = "gate"
+TAG_GATE_NPU = "gate-npu"
+TAG_INSTANCE = "instance"
+TAG_VERIFY = "verify"
+TAGS: Mapping[str, str] = {
+    TAG_GATE: "the start gate of every instance (`npuops run --preflight NAME`, the unit's ExecStartPre)",
+    TAG_GATE_NPU: "the start gate of an instance on NPUs (with the `gate` checks)",
+    TAG_INSTANCE: "reads a launched instance's record: the start gate gives it, a plain doctor run leaves it out",
+    TAG_VERIFY: "`npuops launch --verify`: the served model against its reference",
+}
+
 
 class Check(abc.ABC):
     """Base class of every check. Subclasses set the class attributes and implement run()."""
@@ -78,6 +92,7 @@ class Check(abc.ABC):
     severity: ClassVar[Severity]
     level: ClassVar[int] = 1
     requires: ClassVar[tuple[str, ...]] = ()  # tools it needs, e.g. ("npu-smi",) - named in --list
+    tags: ClassVar[tuple[str, ...]] = ()  # what selects it besides its level: names from TAGS
 
     @classmethod
     def title(cls) -> str:
@@ -96,6 +111,13 @@ class Check(abc.ABC):
             raise ValueError(f"check {cls.id} has level {cls.level}, not 1-3")
         if not (cls.__doc__ or "").strip():
             raise ValueError(f"check {cls.id} has no docstring (its title)")
+        if not isinstance(cls.tags, tuple) or len(set(cls.tags)) != len(cls.tags):
+            raise ValueError(f"check {cls.id} has tags {cls.tags!r}, not a tuple of distinct names")
+        for tag in cls.tags:
+            if not isinstance(tag, str) or not _ID.match(tag):
+                raise ValueError(f"check {cls.id} has tag {tag!r}, not kebab-case")
+            if tag not in TAGS:
+                raise ValueError(f"check {cls.id} has tag {tag!r}, not one of {', '.join(TAGS)}")
 
     @abc.abstractmethod
     def run(self, ctx: CheckContext) -> Result:

@@ -10,10 +10,13 @@ import importlib
 import inspect
 import pkgutil
 
-from npuops.doctor.model import Check
+from npuops.doctor.model import TAG_INSTANCE, TAGS, Check
 from npuops.errors import BadInputError
 
 CHECKS_PACKAGE = "npuops.checks"
+# Tags whose checks only run when asked for (--only, --tag, the start gate), as ansible-lint's `opt-in` rules: an
+# instance's checks have nothing to look at in a plain doctor run, whose report would carry their skips forever.
+OPT_IN_TAGS = frozenset({TAG_INSTANCE})
 
 
 def discover_checks() -> list[type[Check]]:
@@ -38,8 +41,18 @@ def discover_checks() -> list[type[Check]]:
     return found
 
 
+def checks_tagged(checks: list[type[Check]], *tags: str) -> list[type[Check]]:
+    """The checks carrying any of these tags, in discovery order."""
+    unknown = [t for t in tags if t not in TAGS]
+    if unknown:
+        raise BadInputError(f"no check tag {unknown[0]!r}",
+                            f"use one of {', '.join(TAGS)} (`npuops doctor --list` shows each check's tags)")
+    return [c for c in checks if set(c.tags) & set(tags)]
+
+
 def select_checks(
-    checks: list[type[Check]], level: int, only: list[str] | None, skip: list[str] | None
+    checks: list[type[Check]], level: int, only: list[str] | None, skip: list[str] | None,
+    tags: list[str] | None = None,
 ) -> list[type[Check]]:
     known = {c.id for c in checks}
     for wanted in (only or []) + (skip or []):
@@ -47,9 +60,10 @@ def select_checks(
             close = sorted(k for k in known if wanted.split("-")[0] in k)[:5]
             hint = f" (e.g. {', '.join(close)})" if close else ""
             raise BadInputError(f"no check with id {wanted!r}", f"use an id from `npuops doctor --list`{hint}")
-    if only:
-        # --only names checks explicitly: run them whatever their level.
-        selected = [c for c in checks if c.id in only]
+    tagged = checks_tagged(checks, *tags) if tags else []
+    if only or tags:
+        # --only and --tag name checks explicitly: run them whatever their level or opt-in tag.
+        selected = [c for c in checks if c.id in (only or []) or c in tagged]
     else:
-        selected = [c for c in checks if c.level <= level]
+        selected = [c for c in checks if c.level <= level and not OPT_IN_TAGS & set(c.tags)]
     return [c for c in selected if c.id not in (skip or [])]

@@ -113,19 +113,21 @@ def _failure_lines(status: Mapping[str, Any] | None, log_tail: Sequence[str]) ->
 
 def verify_served(record: InstanceRecord, settings: Settings, api_key: str | None,
                   golden: Path | None) -> CheckOutcome:
-    """`launch --verify`: the served-precision check against the golden file, or a transformers reference computed
-    from the instance's own model directory by the interpreter beside its vllm."""
+    """`launch --verify`: the check tagged `verify` (served-precision) against the golden file, or a transformers
+    reference computed from the instance's own model directory by the interpreter beside its vllm."""
     from npuops.doctor.context import CheckContext, DoctorOptions
-    from npuops.doctor.registry import discover_checks
+    from npuops.doctor.model import TAG_VERIFY
+    from npuops.doctor.registry import checks_tagged, discover_checks
     from npuops.doctor.runner import run_checks
     from npuops.hardware.probe import Probe
     from npuops.service.gate import gate_settings
 
     options = DoctorOptions(endpoint=base_url(record.host, record.port), served_model=record.served_model_name,
                             golden=golden, reference_model=None if golden else Path(record.model_path),
-                            api_key=api_key, served_dtype=record.dtype or None)
-    checks = [c for c in discover_checks() if c.id == "served-precision"]
-    report = run_checks(checks, CheckContext(Probe(gate_settings(settings, record)), options))
+                            api_key=api_key, served_dtype=record.dtype or None, instance=record)
+    # One verdict for the launch: the one check the tag names (tests/doctor/test_check_ids.py holds it to one).
+    (check,) = checks_tagged(discover_checks(), TAG_VERIFY)
+    report = run_checks([check], CheckContext(Probe(gate_settings(settings, record)), options))
     return report.outcomes[0]
 
 

@@ -168,6 +168,8 @@ def test_doctor_on_this_machine_runs_to_the_end_and_fails_the_driver_checks(tmp_
     assert status["driver-installed"] == "fail"
     assert status["npu-smi-runs"] == "fail"
     assert "error" not in status.values(), [c for c in data["checks"] if c["status"] == "error"]
+    # The instance's checks (tag `instance`) have nothing to look at here: a plain run leaves them out.
+    assert not {"engine-executable", "model-directory", "port-free", "ray-cluster"} & set(status)
     failing = [c for c in data["checks"] if c["status"] == "fail"]
     assert all(c["remediation"] for c in failing)
     assert 'npuops_check_status{id="driver-installed"' in prom.read_text()
@@ -179,7 +181,7 @@ def test_doctor_list_explain_and_bad_ids() -> None:
     listing = _doctor("--list")
     assert listing.returncode == 0 and "driver-installed" in listing.stdout
     listed = json.loads(_doctor("--list", "--json").stdout)
-    assert {"id", "title", "level", "severity", "area", "requires"} <= set(listed[0])
+    assert {"id", "title", "level", "severity", "area", "requires", "tags", "doc"} <= set(listed[0])
     page = _doctor("--explain", "npu-smi-runs")
     assert page.returncode == 0 and "-8005" in page.stdout
     bad = _doctor("--explain", "no-such-check")
@@ -201,3 +203,25 @@ def test_doctor_with_a_sick_chip_from_a_fake_npu_smi(tmp_path: Path) -> None:
     assert proc.returncode == 1
     (check,) = json.loads(proc.stdout)["checks"]
     assert check["evidence"]["code"] == "-8005" and "reboot" in check["remediation"].lower()
+
+
+def test_doctor_lists_every_check_with_its_tags_and_page_and_selects_by_tag() -> None:
+    listed = {c["id"]: c for c in json.loads(_doctor("--list", "--json").stdout)}
+    assert set(listed) == {c.id for c in discover_checks()}
+    for entry in listed.values():
+        assert Path(entry["doc"]).is_file() and Path(entry["doc"]).name == f"{entry['id']}.md"
+    assert listed["ray-cluster"]["tags"] == ["gate", "instance"] and listed["ray-cluster"]["area"] == "launch"
+    assert listed["hbm-free"]["tags"] == ["gate-npu"] and listed["served-precision"]["tags"] == ["verify"]
+    text = _doctor("--list").stdout.splitlines()
+    port_line = next(line for line in text if line.startswith("port-free "))
+    assert "gate,instance" in port_line and "critical" in port_line
+    page = _doctor("--explain", "port-free")
+    assert page.returncode == 0 and page.stdout.startswith("# port-free: ")
+    # --tag reaches the opt-in instance checks; without an instance each skips, saying where it runs.
+    tagged = _doctor("--tag", "instance", "--json")
+    assert tagged.returncode == 0, tagged.stderr
+    checks = json.loads(tagged.stdout)["checks"]
+    assert {c["id"] for c in checks} == {"engine-executable", "model-directory", "port-free", "ray-cluster"}
+    assert all(c["status"] == "skip" and "--preflight" in c["remediation"] for c in checks)
+    bad = _doctor("--tag", "gaet")
+    assert bad.returncode == 3 and bad.stderr.count("\n") == 1 and "gate-npu" in bad.stderr

@@ -4,6 +4,7 @@ The instance is planned for four 910B2C chips (devices 4-7) and rendered as laun
 PATH replays the real capture of such a node (tests/fixtures/ascend/npu-smi-info_910b2c_4dev_proc_1.txt, where
 another process holds 29 GB of NPU 4), or that capture with NPU 4's health cell changed to Alarm (the only edit,
 same width). Then the same refusal through the stand-in service manager: launch fails with the gate's verdict.
+Which checks the gate runs (by tag) is checked in-process on records of each kind.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from npuops.checks import launch as launch_checks
+from npuops.doctor.model import Status
+from npuops.doctor.registry import discover_checks
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
+from npuops.service.gate import gate_checks, run_gate
+from npuops.settings import Settings
 from tests.conftest import REPO, capture, write_fake_tool
+from tests.service.instance_records import make_record
 
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"
 MODEL = REPO / "tests" / "fixtures" / "models" / "qwen3-8b"
@@ -119,3 +128,52 @@ def _launch_refused(tmp_path: Path, root: Path, systemctl: Path) -> None:
     status = json.loads(npuops(env, "status", "sick", "--json").stdout)["instances"][0]
     assert status["state"] == "failed" and status["unit_state"]["active_state"] == "failed"
     assert "chip-health" in json.loads((root / "var/lib/npuops-sick/supervisor.json").read_text())["exit"]["blocking"]
+
+
+# --- which checks the gate runs --------------------------------------------------------------------------------------
+
+# What the gate ran before its checks were selected by tag (its id lists then): the selection must not lose one.
+INSTANCE_CHECKS = {"engine-executable", "model-directory", "port-free", "ray-cluster"}
+HOST_GATE = {"shm-size", "free-memory"} | INSTANCE_CHECKS
+NPU_GATE = HOST_GATE | {
+    "driver-installed", "npu-smi-runs", "device-nodes", "chip-health", "chip-temperature", "hbm-free",
+    "cann-toolkit", "cann-kernels", "nnal-version", "driver-cann-compat", "stack-row", "torch-npu-cann",
+    "python-version", "ascend-env", "launch-blocking-graph", "alloc-conf", "cpuset-per-npu"}
+RAY_CLUSTER = {"strategy": "ray", "ray_unit": "npuops-demo-ray.service", "ray_address": "10.213.0.11:6379",
+               "nodes": [{"name": "h1", "address": "10.213.0.11", "role": "head"}]}
+
+
+def _tagged(*tags: str) -> set[str]:
+    return {c.id for c in discover_checks() if set(c.tags) & set(tags)}
+
+
+@pytest.mark.parametrize(("kind", "role", "cluster", "expected", "tags", "applies"), [
+    ("npu", ROLE_ENGINE, {}, NPU_GATE, ("gate", "gate-npu"), {"port-free"}),
+    ("cpu", ROLE_ENGINE, {}, HOST_GATE, ("gate",), {"port-free"}),
+    ("cpu", ROLE_ENGINE, RAY_CLUSTER, HOST_GATE, ("gate",), {"port-free", "ray-cluster"}),  # a Ray head's engine
+    ("npu", ROLE_RAY_WORKER, RAY_CLUSTER, NPU_GATE, ("gate", "gate-npu"), set()),
+    ("npu", ROLE_HEADLESS, {"strategy": "dp"}, NPU_GATE, ("gate", "gate-npu"), set()),  # a follower
+], ids=["npu", "cpu", "ray-head", "ray-worker", "dp-follower"])
+def test_the_gate_runs_exactly_the_checks_tagged_for_it(kind: str, role: str, cluster: dict[str, Any],
+                                                        expected: set[str], tags: tuple[str, ...],
+                                                        applies: set[str], tmp_path: Path, fake_root: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[object] = []
+
+    def whole_cluster(asked_about: dict[str, Any]) -> dict[str, Any]:
+        asked.append(asked_about)
+        return {"complete": True, "nodes": 1, "expected": 1, "alive": ["h1"]}
+
+    monkeypatch.setattr(launch_checks, "probe_ray_cluster", whole_cluster)
+    # Port 0: the bind test always finds it free, so port-free passes wherever it applies.
+    record = make_record(tmp_path / "state", role=role, cluster=cluster, target_kind=kind,
+                         devices=(0, 1) if kind == "npu" else (), port=0)
+    selected = [c.id for c in gate_checks(record)]
+    assert set(selected) == _tagged(*tags) == expected and len(selected) == len(expected)
+    outcomes = run_gate(record, Settings(root=fake_root)).outcomes
+    assert [o.check_id for o in outcomes] == selected  # each once, the instance's own first
+    assert set(selected[:len(INSTANCE_CHECKS)]) == INSTANCE_CHECKS
+    status = {o.check_id: o.result.status for o in outcomes}
+    # The instance's checks that do not apply to this part skip; the others give a verdict.
+    assert {i for i in ("port-free", "ray-cluster") if status[i] is not Status.SKIP} == applies
+    assert asked == ([cluster] if "ray-cluster" in applies else [])

@@ -1,5 +1,5 @@
-"""Which Ray nodes of a multi-node instance are alive (npuops.instance.ray), the start gate's wait for them
-(npuops.service.gate.check_ray_cluster, run_gate's choice of checks by role) and the supervisor's probe of a Ray
+"""Which Ray nodes of a multi-node instance are alive (npuops.instance.ray), the start gate's wait for them (the
+ray-cluster check, checks/launch.py; which of the gate's checks apply by role) and the supervisor's probe of a Ray
 head or a headless engine (npuops.service.supervisor.Supervisor._probe).
 
 The node tables are real: tests/fixtures/ray/ray-nodes_*.json are `ray.nodes()` dumps from a Ray 2.60 cluster of
@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
-from npuops.doctor.model import Status
+from npuops.checks import launch as launch_checks
+from npuops.doctor.context import CheckContext, DoctorOptions
+from npuops.doctor.model import CheckOutcome, Status
+from npuops.doctor.runner import run_checks
+from npuops.hardware.probe import Probe
 from npuops.instance.ray import (
     RAY_NODES_SCRIPT,
     RayNode,
@@ -28,8 +32,7 @@ from npuops.instance.ray import (
     ray_python,
 )
 from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
-from npuops.service import gate
-from npuops.service.gate import check_ray_cluster, run_gate
+from npuops.service.gate import run_gate
 from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions
 from npuops.settings import Settings
@@ -261,6 +264,16 @@ def _ray_record(tmp_path: Path, role: str = ROLE_ENGINE, **overrides: Any) -> An
                                                                "role": "head"}, **overrides)
 
 
+def check_ray_cluster(record: Any, *, wait_s: float, probe: Any) -> CheckOutcome:
+    """The start gate's ray-cluster check on record, run as the gate runs it, waiting at most wait_s and asking the
+    cluster through probe (instead of a Ray head)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launch_checks, "RAY_JOIN_WAIT_S", wait_s)
+        patch.setattr(launch_checks, "probe_ray_cluster", probe)
+        context = CheckContext(Probe(Settings()), DoctorOptions(instance=record))
+        return run_checks([launch_checks.RayCluster], context).outcomes[0]
+
+
 def _fixed_probe(*states: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], Any]:
     calls: list[Mapping[str, Any]] = []
 
@@ -303,7 +316,7 @@ def test_gate_says_when_the_cluster_cannot_be_asked(tmp_path: Path) -> None:
 
 
 def test_gate_waits_for_a_late_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate, "_RAY_POLL_S", 0.0)
+    monkeypatch.setattr(launch_checks, "_RAY_POLL_S", 0.0)
     record = _ray_record(tmp_path)
     partial = cluster_state(HOSTS, parse_ray_nodes(_compact(("10.213.0.11", True), ("10.213.0.13", True))))
     whole = cluster_state(HOSTS, parse_ray_nodes(THREE_ALIVE.read_text()))
@@ -322,23 +335,21 @@ def test_gate_waits_for_a_late_worker(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_run_gate_picks_the_checks_by_role(role: str, strategy: str | None, port_free: bool, ray_cluster: bool,
                                            tmp_path: Path, fake_root: Path, closed_port: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[str] = []
-    real = gate.check_ray_cluster
-
-    def no_wait(record: Any) -> Any:
-        asked.append(record.name)
-        _, probe = _fixed_probe({"complete": True, "nodes": 2, "expected": 2, "alive": ["h1", "h2"]})
-        return real(record, wait_s=0, probe=probe)
-
-    monkeypatch.setattr(gate, "check_ray_cluster", no_wait)
+    asked, probe = _fixed_probe({"complete": True, "nodes": 2, "expected": 2, "alive": ["h1", "h2"]})
+    monkeypatch.setattr(launch_checks, "probe_ray_cluster", probe)
+    monkeypatch.setattr(launch_checks, "RAY_JOIN_WAIT_S", 0.0)
     cluster = {"strategy": strategy, "ray_unit": "npuops-demo-ray.service"} if strategy == "ray" else (
         {"strategy": strategy} if strategy else {})
     record = make_record(tmp_path / "state", role=role, cluster=cluster, port=closed_port)
-    ids = [o.check_id for o in run_gate(record, Settings(root=fake_root)).outcomes]
+    outcomes = run_gate(record, Settings(root=fake_root)).outcomes
+    ids = [o.check_id for o in outcomes]
+    ran = {o.check_id for o in outcomes if o.result.status is not Status.SKIP}
     assert ids[:2] == ["engine-executable", "model-directory"]
-    assert ("port-free" in ids) is port_free
-    assert ("ray-cluster" in ids) is ray_cluster
-    assert asked == (["demo"] if ray_cluster else [])
+    # Every gate check is in the report; the ones that do not apply to this part skip.
+    assert {"port-free", "ray-cluster"} <= set(ids)
+    assert ("port-free" in ran) is port_free
+    assert ("ray-cluster" in ran) is ray_cluster
+    assert asked == ([record.cluster] if ray_cluster else [])
 
 
 # --- the supervisor's probe ----------------------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""Launch: what one launched instance needs before its engine starts (its executable, its model, its port, its Ray
+cluster).
+
+These checks read the instance's record from the context (DoctorOptions.instance): the start gate
+(`npuops run --preflight NAME`, the unit's ExecStartPre, the first step of `launch --foreground`) gives it. Without
+one they skip; they carry the `instance` tag, so a plain `npuops doctor` run leaves them out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from npuops.doctor.context import CheckContext
+from npuops.doctor.model import Check, Result, Severity
+from npuops.httpclient import client_host
+from npuops.instance.control import port_taken
+from npuops.instance.ray import probe_ray_cluster
+from npuops.instance.record import InstanceRecord
+
+NO_INSTANCE_FIX = "run it for a launched instance: `npuops run --preflight NAME` (the start gate)"
+
+# How long the start gate of a Ray head's engine waits for every node to join before refusing: a worker
+# booting a little later than the head is normal.
+RAY_JOIN_WAIT_S = 120.0
+_RAY_POLL_S = 3.0
+
+
+def _without_instance() -> Result:
+    return Result.skip("no instance given: this check runs in an instance's start gate (`npuops run --preflight NAME`)",
+                       NO_INSTANCE_FIX)
+
+
+def is_ray_head_engine(record: InstanceRecord) -> bool:
+    """Whether this part is the engine of a Ray cluster (on its head): the one that needs every Ray node."""
+    return record.cluster.get("strategy") == "ray" and record.runs_engine
+
+
+class EngineExecutable(Check):
+    """The vLLM executable the instance runs exists and is executable."""
+
+    id = "engine-executable"
+    area = "launch"
+    severity = Severity.CRITICAL
+    level = 1
+    tags = ("gate", "instance")
+
+    def run(self, ctx: CheckContext) -> Result:
+        record = ctx.options.instance
+        if record is None:
+            return _without_instance()
+        exe = record.vllm_command[0]
+        if not os.path.isabs(exe):
+            ok = any(os.access(os.path.join(d, exe), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d)
+        else:
+            ok = os.path.isfile(exe) and os.access(exe, os.X_OK)
+        if ok:
+            return Result.passed(f"{exe} is executable", executable=exe)
+        return Result.fail(f"the vLLM executable {exe} is missing or not executable",
+                           "install the serving stack (`npuops provision --tags python`), or re-launch with "
+                           "--vllm PATH", executable=exe)
+
+
+class ModelDirectory(Check):
+    """The model directory holds a Hugging Face config.json."""
+
+    id = "model-directory"
+    area = "launch"
+    severity = Severity.CRITICAL
+    level = 1
+    tags = ("gate", "instance")
+
+    def run(self, ctx: CheckContext) -> Result:
+        record = ctx.options.instance
+        if record is None:
+            return _without_instance()
+        model = Path(record.model_path)
+        if (model / "config.json").is_file() or (model / "params.json").is_file():
+            return Result.passed(f"{model} holds config.json", model=str(model))
+        what = "does not exist" if not model.exists() else "holds no config.json (or params.json)"
+        return Result.fail(f"the model directory {model} {what}",
+                           "put the model back (config.json, tokenizer and weights) or re-launch with the right "
+                           "directory", model=str(model))
+
+
+class PortFree(Check):
+    """Nothing else listens on the instance's port."""
+
+    id = "port-free"
+    area = "launch"
+    severity = Severity.CRITICAL
+    level = 1
+    tags = ("gate", "instance")
+
+    def run(self, ctx: CheckContext) -> Result:
+        record = ctx.options.instance
+        if record is None:
+            return _without_instance()
+        if not record.serves_api:
+            return Result.skip(f"{record.name}'s part here ({record.role}) serves no API: it has no port of its own",
+                               "nothing to do: the part that serves the API checks its port", role=record.role)
+        host = client_host(record.host)
+        # The same bind test launch makes: it is what the engine will do with the port.
+        if not port_taken(record.host, record.port):
+            return Result.passed(f"{host}:{record.port} is free", port=record.port)
+        return Result.fail(f"another process already listens on {host}:{record.port}",
+                           f"stop it (`ss -ltnp 'sport = :{record.port}'` shows which) or re-launch with another "
+                           "--port", port=record.port)
+
+
+def wait_for_ray_cluster(record: InstanceRecord, *, wait_s: float,
+                         probe: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Result:
+    """Ask the cluster (probe) every _RAY_POLL_S until every host has a live Ray node, for at most wait_s."""
+    started = time.monotonic()
+    while True:
+        state = probe(record.cluster)
+        if state.get("complete") or time.monotonic() - started >= wait_s:
+            break
+        time.sleep(_RAY_POLL_S)
+    if state.get("complete"):
+        return Result.passed(f"{state['nodes']}/{state['expected']} Ray nodes alive ({', '.join(state['alive'])})",
+                             alive=state.get("alive"), address=state.get("address"))
+    missing = ", ".join((state.get("missing") or []) + (state.get("short") or [])) or "?"
+    error = state.get("error")
+    ray_unit = record.ray_unit or "the Ray unit"
+    return Result.fail(
+        (f"the Ray cluster cannot be asked: {error}" if error else
+         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.get('missing') or [])}" if state.get("missing")
+         else f"the Ray nodes of {missing} offer less than {record.cluster.get('ray_resources')}"),
+        f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
+        f"{record.cluster.get('ray_address')} (`npuops doctor -i INVENTORY --group {record.cluster.get('group')}` "
+        "checks the network between the hosts)", missing=state.get("missing"), address=state.get("address"))
+
+
+class RayCluster(Check):
+    """Every host of the group has joined the Ray cluster."""
+
+    id = "ray-cluster"
+    area = "launch"
+    severity = Severity.CRITICAL
+    level = 1
+    tags = ("gate", "instance")
+
+    def run(self, ctx: CheckContext) -> Result:
+        """A Ray head's engine starts only once every host of the group has a live Ray node: vLLM would otherwise
+        wait for its placement group and then fail with a resource error that names no host."""
+        record = ctx.options.instance
+        if record is None:
+            return _without_instance()
+        if not is_ray_head_engine(record):
+            strategy = record.cluster.get("strategy") or "single node"
+            return Result.skip(f"{record.name}'s part here ({record.role}, {strategy}) is not a Ray head's engine",
+                               "nothing to do: only the engine on a Ray head waits for the cluster",
+                               role=record.role, strategy=strategy)
+        # The wait and the probe are looked up here, at run time, so tests can shorten one and record the other.
+        return wait_for_ray_cluster(record, wait_s=RAY_JOIN_WAIT_S, probe=probe_ray_cluster)
