@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 import click
 
 from npuops.cli.main import load_context_settings
+from npuops.cli.plan_options import declared_type
 from npuops.errors import ExitCode
+from npuops.plan.server_options import ServerOptions
 
 if TYPE_CHECKING:
     from npuops.doctor.context import CheckContext
@@ -38,7 +40,7 @@ def _ids(value: str | None) -> list[str] | None:
               help="Check this service environment file (systemd EnvironmentFile) instead of the current one.")
 @click.option("--model-dir", type=click.Path(path_type=Path), help="Check free disk and memory for this model.")
 @click.option("--devices", help="Chips a launch will use, e.g. 0-3 (default: all).")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=None,
+@click.option("--gpu-memory-utilization", type=declared_type(ServerOptions, "gpu_memory_utilization"), default=None,
               help="Fraction of device memory the launch reserves [default: 0.9].")
 @click.option("--eager", is_flag=True, help="The service runs without graph mode (--enforce-eager).")
 @click.option("--npu-smi", "npu_smi", default=None, help="The npu-smi command to run [default: npu-smi].")

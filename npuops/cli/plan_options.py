@@ -48,6 +48,13 @@ def _option(f: dataclasses.Field[Any], flag: UserFlag, kind: Any) -> Callable[[F
                         default=f.default if has_default else None, show_default=has_default)
 
 
+def declared_type(cls: type[Any], name: str) -> Any:
+    """The click type of one declared field (another command's flag for the same value keeps its limits)."""
+    hints = typing.get_type_hints(cls)
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return _click_type(_base_type(hints[name]), limits_of(field))
+
+
 def declared_options(cls: type[Any]) -> list[Callable[[F], F]]:
     """A click option for each of `cls`'s declared flags, in field order."""
     hints = typing.get_type_hints(cls)
