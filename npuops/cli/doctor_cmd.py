@@ -143,7 +143,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
     selected = select_checks(checks, level, _ids(only), _ids(skip))
     check_ctx = CheckContext(Probe(settings), options)
 
-    from npuops.doctor.report import render_prometheus, render_report_text, write_prometheus
+    from npuops.doctor.report import render_report_text, write_prometheus
     from npuops.doctor.runner import run_checks
 
     progress = None
@@ -155,7 +155,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, a
     if progress is not None:
         click.echo("", err=True)
     if prometheus is not None:
-        write_prometheus(prometheus, render_prometheus(report, check_ctx.node))
+        write_prometheus(prometheus, report, check_ctx.node)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
