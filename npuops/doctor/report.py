@@ -79,7 +79,8 @@ def write_prometheus(path: Path, report: DoctorReport, node: Node | None) -> Non
     """The node_exporter textfile. node_exporter may read it at any moment: write_to_textfile writes a temp file
     beside it (`<path>.<pid>.<thread>`, outside the collector's *.prom glob) and renames it over the target, so a
     scrape sees the old file or the new, never half. The temp file gets open()'s 0666 less the umask; the umask is
-    022 for the call, so the file is 0644 (node_exporter reads it as another user) whatever the caller's umask."""
+    022 for the call, so the file is 0644 (node_exporter reads it as another user) whatever the caller's umask
+    (the umask is the process's: this runs after the checks, when nothing else creates files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     previous = os.umask(0o022)
