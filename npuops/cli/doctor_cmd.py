@@ -172,7 +172,7 @@ def _list_checks(checks: list[type[Check]], as_json: bool) -> None:
 
 def _run_and_print(ctx: click.Context, selected: list[type[Check]], check_ctx: CheckContext, *, as_json: bool,
                    prometheus: Path | None) -> None:
-    from npuops.doctor.report import render_prometheus, render_report_text, write_prometheus
+    from npuops.doctor.report import render_report_text, write_prometheus
     from npuops.doctor.runner import run_checks
 
     progress = None
@@ -184,7 +184,7 @@ def _run_and_print(ctx: click.Context, selected: list[type[Check]], check_ctx: C
     if progress is not None:
         click.echo("", err=True)
     if prometheus is not None:
-        write_prometheus(prometheus, render_prometheus(report, check_ctx.node))
+        write_prometheus(prometheus, report, check_ctx.node)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

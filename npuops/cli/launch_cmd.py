@@ -184,7 +184,8 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
                   dry_run: bool, output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
                   cluster_wait_s: int, as_json: bool, request: Any, extra_env: dict[str, str],
                   ray_node_resources: str | None) -> None:
-    from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+    from npuops.fleet.events import PlaybookEvent
+    from npuops.fleet.runner import default_artifacts_dir
     from npuops.instance.record import MANAGER_SYSTEMD
     from npuops.launch.group import (
         GroupLaunch,

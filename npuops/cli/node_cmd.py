@@ -48,8 +48,9 @@ def node(ctx: click.Context, /, as_json: bool, npu_smi: str | None, inventory: P
 
 def _fleet(ctx: click.Context, as_json: bool, inventory: Path | None, hosts: list[str], limit: str | None,
            forks: int, artifacts: Path | None) -> None:
+    from npuops.fleet.events import PlaybookEvent
     from npuops.fleet.facts import collect_node_models
-    from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+    from npuops.fleet.runner import default_artifacts_dir
 
     settings = load_context_settings(ctx)
     if artifacts is None:

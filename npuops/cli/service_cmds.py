@@ -45,7 +45,8 @@ def _group_call(ctx: click.Context, name: str | None, inventory: Path | None, gr
         raise UsageError("-i/--inventory and --group go together", "give both, or neither for this host")
     if not name:
         raise UsageError("a group needs the instance NAME", "add the NAME it was launched with")
-    from npuops.fleet.runner import PlaybookEvent, default_artifacts_dir
+    from npuops.fleet.events import PlaybookEvent
+    from npuops.fleet.runner import default_artifacts_dir
 
     settings = load_context_settings(ctx)
     directory = artifacts or default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)

@@ -1,11 +1,13 @@
-"""Doctor output: the human table, and the node_exporter textfile (Prometheus) written atomically."""
+"""Doctor output: the human table, and the node_exporter textfile (Prometheus, through prometheus_client)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from npuops.atomic import write_text_atomic
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
 from npuops.doctor.model import Status
 from npuops.doctor.runner import DoctorReport
 from npuops.hardware.node import Chip, Node
@@ -31,57 +33,58 @@ def render_report_text(report: DoctorReport, verbose: bool = False) -> str:
     return "\n".join(lines).lstrip("\n")
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
 # npuops_check_status values: a gauge per check, so alerts can say `== 2` (fail) without string labels.
 STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3, Status.SKIP: -1}
 # npu-exporter's health encoding: 1 healthy, 0 not (ascend-facts §7 names; MindCluster npu-exporter).
 _HEALTHY = {"OK"}
+# npu-exporter's per-chip gauges and their labels: the name, its help, the chip's value (None: not reported).
+_CHIP_LABELS = ("id", "model_name", "pcie_bus_info")
+_CHIP_GAUGES: tuple[tuple[str, str, Callable[[Chip], float | None]], ...] = (
+    ("npu_chip_info_health_status", "Chip health: 1 healthy, 0 unhealthy.",
+     lambda c: 1 if c.smi.health in _HEALTHY else 0),
+    ("npu_chip_info_temperature", "Chip temperature in degrees Celsius.", lambda c: c.smi.temperature_c),
+    ("npu_chip_info_power", "Chip power in watts.", lambda c: c.smi.power_w),
+    ("npu_chip_info_utilization", "AI Core utilization in percent.", lambda c: c.smi.aicore_percent),
+    ("npu_chip_info_hbm_used_memory", "HBM in use, MB.", lambda c: c.smi.hbm_used_mb),
+    ("npu_chip_info_hbm_total_memory", "HBM total, MB.", lambda c: c.smi.hbm_total_mb),
+)
 
 
-def render_prometheus(report: DoctorReport, node: Node | None) -> str:
-    """A node_exporter textfile: npu-exporter metric names for chip quantities, plus npuops_check_*."""
-    out: list[str] = []
-    out.append("# HELP npuops_check_status Result of an npuops doctor check: 0 pass, 1 warn, 2 fail, 3 error, -1 skip.")
-    out.append("# TYPE npuops_check_status gauge")
+def prometheus_registry(report: DoctorReport, node: Node | None) -> CollectorRegistry:
+    """The doctor's metrics: npuops_check_* and npuops_doctor_ok, and with a node npu-exporter's names for the
+    chip quantities (a chip gauge no chip reports is left out)."""
+    registry = CollectorRegistry()
+    status = Gauge("npuops_check_status", "Result of an npuops doctor check: 0 pass, 1 warn, 2 fail, 3 error, -1 skip.",
+                   ("id", "area", "severity"), registry=registry)
+    duration = Gauge("npuops_check_duration_seconds", "Time one doctor check took.", ("id",), registry=registry)
     for o in report.outcomes:
-        out.append(f'npuops_check_status{{id="{_label(o.check_id)}",area="{_label(o.area)}",'
-                   f'severity="{o.severity.value}"}} {STATUS_VALUE[o.result.status]}')
-    out.append("# HELP npuops_check_duration_seconds Time one doctor check took.")
-    out.append("# TYPE npuops_check_duration_seconds gauge")
-    for o in report.outcomes:
-        out.append(f'npuops_check_duration_seconds{{id="{_label(o.check_id)}"}} {o.duration_s:.6f}')
-    out.append("# HELP npuops_doctor_ok 1 when no check failed.")
-    out.append("# TYPE npuops_doctor_ok gauge")
-    out.append(f"npuops_doctor_ok {1 if report.ok else 0}")
-    if node is not None:
-        out.append("# HELP machine_npu_nums Number of NPU chips on the node.")
-        out.append("# TYPE machine_npu_nums gauge")
-        out.append(f"machine_npu_nums {len(node.chips)}")
-        metrics: list[tuple[str, str, Callable[[Chip], float | None]]] = [
-            ("npu_chip_info_health_status", "Chip health: 1 healthy, 0 unhealthy.",
-             lambda c: 1 if c.smi.health in _HEALTHY else 0),
-            ("npu_chip_info_temperature", "Chip temperature in degrees Celsius.", lambda c: c.smi.temperature_c),
-            ("npu_chip_info_power", "Chip power in watts.", lambda c: c.smi.power_w),
-            ("npu_chip_info_utilization", "AI Core utilization in percent.", lambda c: c.smi.aicore_percent),
-            ("npu_chip_info_hbm_used_memory", "HBM in use, MB.", lambda c: c.smi.hbm_used_mb),
-            ("npu_chip_info_hbm_total_memory", "HBM total, MB.", lambda c: c.smi.hbm_total_mb),
-        ]
-        for name, help_text, value_of in metrics:
-            samples = [(c, v) for c in node.chips if (v := value_of(c)) is not None]
-            if not samples:
-                continue
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} gauge")
-            for chip, value in samples:
-                out.append(f'{name}{{id="{chip.device_id}",model_name="{_label(chip.smi.name)}",'
-                           f'pcie_bus_info="{_label(chip.smi.bus_id)}"}} {float(value):g}')
-    return "\n".join(out) + "\n"
+        status.labels(id=o.check_id, area=o.area, severity=o.severity.value).set(STATUS_VALUE[o.result.status])
+        duration.labels(id=o.check_id).set(round(o.duration_s, 6))
+    Gauge("npuops_doctor_ok", "1 when no check failed.", registry=registry).set(1 if report.ok else 0)
+    if node is None:
+        return registry
+    Gauge("machine_npu_nums", "Number of NPU chips on the node.", registry=registry).set(len(node.chips))
+    for name, help_text, value_of in _CHIP_GAUGES:
+        values = [(c, v) for c in node.chips if (v := value_of(c)) is not None]
+        if not values:
+            continue
+        gauge = Gauge(name, help_text, _CHIP_LABELS, registry=registry)
+        for chip, value in values:
+            gauge.labels(id=str(chip.device_id), model_name=chip.smi.name,
+                         pcie_bus_info=chip.smi.bus_id).set(float(value))
+    return registry
 
 
-
-
-def write_prometheus(path: Path, text: str) -> None:
-    write_text_atomic(path, text, mode=0o644)
+def write_prometheus(path: Path, report: DoctorReport, node: Node | None) -> None:
+    """The node_exporter textfile. node_exporter may read it at any moment: write_to_textfile writes a temp file
+    beside it (`<path>.<pid>.<thread>`, outside the collector's *.prom glob) and renames it over the target, so a
+    scrape sees the old file or the new, never half. The temp file gets open()'s 0666 less the umask; the umask is
+    022 for the call, so the file is 0644 (node_exporter reads it as another user) whatever the caller's umask
+    (the umask is the process's: this runs after the checks, when nothing else creates files)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = os.umask(0o022)
+    try:
+        write_to_textfile(str(path), prometheus_registry(report, node))
+    finally:
+        os.umask(previous)

@@ -23,9 +23,11 @@ from typing import Any, Literal
 
 from npuops.doctor.model import Status
 from npuops.errors import BadInputError, UsageError
+from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, collect_node_models, failure_fix
+from npuops.fleet.host_results import HostResult, PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
-from npuops.fleet.runner import HostResult, PlaybookEvent, PlaybookRun, run_playbook
+from npuops.fleet.runner import run_playbook
 
 FLEET_DOCTOR_PLAYBOOK = "fleet-doctor.yml"
 # The set_stats keys fleet-doctor.yml hands each host's data back under: the npuops version and the clock

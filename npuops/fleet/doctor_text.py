@@ -6,7 +6,7 @@ from typing import TextIO
 
 from npuops.doctor.model import Status
 from npuops.fleet.doctor import CLOCK_FAIL_S, CLOCK_WARN_S, FleetDoctorReport, HostDoctor
-from npuops.fleet.runner import PlaybookEvent
+from npuops.fleet.events import PlaybookEvent
 from npuops.textout import table
 
 FIX_CLOCK = ("sync every host's clock to the same NTP source (chrony or systemd-timesyncd; "

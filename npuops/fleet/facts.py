@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npuops.fleet.runner import HostResult, HostStatus, PlaybookEvent, PlaybookRun, run_playbook
+from npuops.fleet.events import PlaybookEvent
+from npuops.fleet.host_results import HostResult, HostStatus, PlaybookRun
+from npuops.fleet.runner import run_playbook
 
 NODE_FACTS_PLAYBOOK = "node-facts.yml"
 # The set_stats key node-facts.yml hands the model back under.

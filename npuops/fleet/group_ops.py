@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_UNREACHABLE, failure_fix
+from npuops.fleet.host_results import HostStatus
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
-from npuops.fleet.runner import HostStatus, PlaybookEvent, run_playbook
+from npuops.fleet.runner import run_playbook
 from npuops.instance.ray import describe_ray_state
 
 COMMAND_PLAYBOOK = "npuops-command.yml"

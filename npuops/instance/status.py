@@ -8,8 +8,9 @@ from typing import Any
 
 from npuops.httpclient import base_url, http_request
 from npuops.instance.control import pid_alive
-from npuops.instance.endpoint import engine_figures, health_ok, parse_prometheus
+from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
+from npuops.instance.metrics import engine_figures, parse_prometheus
 from npuops.instance.ray import describe_ray_state, probe_ray_cluster
 from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, read_status
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.fleet.events import PlaybookEvent
+from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
-from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
+from npuops.fleet.runner import run_playbook
 from npuops.instance.ray import describe_ray_state
 from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster

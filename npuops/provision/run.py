@@ -15,7 +15,9 @@ from typing import Any
 
 from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError
-from npuops.fleet.runner import HostResult, PlaybookEvent, PlaybookRun, run_playbook
+from npuops.fleet.events import PlaybookEvent
+from npuops.fleet.host_results import HostResult, PlaybookRun
+from npuops.fleet.runner import run_playbook
 from npuops.hardware.versions import parse_ascend_version
 from npuops.provision.packages import PackageSet, verify_packages
 

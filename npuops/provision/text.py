@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from npuops.fleet.runner import PlaybookEvent
+from npuops.fleet.events import PlaybookEvent
 from npuops.textout import table
 
 

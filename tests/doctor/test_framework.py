@@ -5,17 +5,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity, Status
 from npuops.doctor.registry import discover_checks, select_checks
-from npuops.doctor.report import render_prometheus, render_report_text, write_prometheus
+from npuops.doctor.report import render_report_text, write_prometheus
 from npuops.doctor.runner import run_checks
 from npuops.errors import BadInputError
 from npuops.hardware.probe import Probe
@@ -135,21 +139,90 @@ def test_text_report_has_failures_first_with_fix_and_summary(tmp_path: Path) -> 
     assert lines[-1].startswith("FAILED: 1 fail, 1 pass")
 
 
-def test_prometheus_textfile_uses_npu_exporter_names_and_is_atomic(tmp_path: Path) -> None:
+def _read_textfile(path: Path) -> dict[str, Metric]:
+    """The families in a textfile, read back with prometheus_client's parser (it refuses a half-written line)."""
+    return {family.name: family for family in text_string_to_metric_families(path.read_text(encoding="utf-8"))}
+
+
+def _values(family: Metric) -> dict[tuple[tuple[str, str], ...], float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+def _chip(device_id: str, bus: str) -> tuple[tuple[str, str], ...]:
+    return (("id", device_id), ("model_name", "910B1"), ("pcie_bus_info", bus))
+
+
+def test_prometheus_textfile_has_npu_exporter_names_and_the_checks(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, capture("npu-smi-info_910b1_8dev_busy_elided_1.txt"))
     report = run_checks([_Passing, _Failing], ctx)
-    text = render_prometheus(report, ctx.node)
-    assert 'npuops_check_status{id="test-failing",area="other",severity="critical"} 2' in text
-    assert 'npuops_check_status{id="test-passing",area="test",severity="low"} 0' in text
-    assert "machine_npu_nums 2" in text
-    assert 'npu_chip_info_hbm_used_memory{id="0",model_name="910B1",pcie_bus_info="0000:C1:00.0"} 64293' in text
-    assert 'npu_chip_info_health_status{id="7",model_name="910B1",pcie_bus_info="0000:42:00.0"} 1' in text
-    for line in text.splitlines():
-        assert line.startswith("#") or re.fullmatch(r'[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? -?[0-9.e+-]+', line), line
     target = tmp_path / "textfile" / "npuops.prom"
-    write_prometheus(target, text)
-    assert target.read_text() == text
-    assert not [p for p in target.parent.iterdir() if p.name != "npuops.prom"]  # no temp files left
+    previous = os.umask(0o077)  # a root shell's strict umask must not hide the file from node_exporter's user
+    try:
+        write_prometheus(target, report, ctx.node)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [p.name for p in target.parent.iterdir()] == ["npuops.prom"]  # no temp file left
+    families = _read_textfile(target)
+    assert {f.type for f in families.values()} == {"gauge"}
+    assert _values(families["npuops_check_status"]) == {
+        (("area", "other"), ("id", "test-failing"), ("severity", "critical")): 2.0,
+        (("area", "test"), ("id", "test-passing"), ("severity", "low")): 0.0,
+    }
+    durations = _values(families["npuops_check_duration_seconds"])
+    assert set(durations) == {(("id", "test-failing"),), (("id", "test-passing"),)}
+    assert all(0 <= d < 60 for d in durations.values())
+    assert _values(families["npuops_doctor_ok"]) == {(): 0.0}
+    assert _values(families["machine_npu_nums"]) == {(): 2.0}
+    hbm_used = _values(families["npu_chip_info_hbm_used_memory"])
+    assert hbm_used[_chip("0", "0000:C1:00.0")] == 64293.0
+    assert _values(families["npu_chip_info_health_status"])[_chip("7", "0000:42:00.0")] == 1.0
+    chip_families = {name for name in families if name.startswith("npu_chip_info_")}
+    assert chip_families <= {"npu_chip_info_health_status", "npu_chip_info_temperature", "npu_chip_info_power",
+                             "npu_chip_info_utilization", "npu_chip_info_hbm_used_memory",
+                             "npu_chip_info_hbm_total_memory"}
+    assert {"npu_chip_info_health_status", "npu_chip_info_hbm_used_memory"} <= chip_families
+    assert all(len(families[name].samples) == 2 for name in chip_families)
+    assert families["npuops_check_status"].documentation.startswith("Result of an npuops doctor check")
+
+
+def test_prometheus_textfile_without_a_node_has_only_the_checks(tmp_path: Path) -> None:
+    target = tmp_path / "npuops.prom"
+    write_prometheus(target, run_checks([_Passing], _ctx(tmp_path)), None)
+    families = _read_textfile(target)
+    assert set(families) == {"npuops_check_status", "npuops_check_duration_seconds", "npuops_doctor_ok"}
+    assert _values(families["npuops_doctor_ok"]) == {(): 1.0}
+
+
+def test_node_exporter_sees_a_complete_textfile_while_the_doctor_rewrites_it(tmp_path: Path) -> None:
+    # node_exporter's textfile collector reads every *.prom in its directory whenever it is scraped; a rewrite must
+    # never show it a half-written file, nor a temp file of its own.
+    ctx = _ctx(tmp_path, capture("npu-smi-info_910b1_8dev_busy_elided_1.txt"))
+    reports = [run_checks([_Passing, _Failing], ctx), run_checks([_Passing], ctx)]
+    directory = tmp_path / "textfile"
+    write_prometheus(directory / "npuops.prom", reports[0], ctx.node)
+    expected = set(_read_textfile(directory / "npuops.prom"))
+    done = threading.Event()
+
+    def rewrite() -> None:
+        for i in range(300):
+            write_prometheus(directory / "npuops.prom", reports[i % 2], ctx.node)
+        done.set()
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    reads = 0
+    try:
+        while not done.is_set():
+            files = sorted(directory.glob("*.prom"))
+            assert [f.name for f in files] == ["npuops.prom"]
+            families = _read_textfile(files[0])
+            assert set(families) == expected
+            assert len(families["npuops_check_status"].samples) in (1, 2)
+            reads += 1
+    finally:
+        writer.join()
+    assert reads > 0
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -172,7 +245,8 @@ def test_doctor_on_this_machine_runs_to_the_end_and_fails_the_driver_checks(tmp_
     assert not {"engine-executable", "model-directory", "port-free", "ray-cluster"} & set(status)
     failing = [c for c in data["checks"] if c["status"] == "fail"]
     assert all(c["remediation"] for c in failing)
-    assert 'npuops_check_status{id="driver-installed"' in prom.read_text()
+    check_status = {s.labels["id"]: s.value for s in _read_textfile(prom)["npuops_check_status"].samples}
+    assert check_status["driver-installed"] == 2.0
     human = _doctor(env={"NPUOPS_ASCEND_ROOT": str(tmp_path / "no-ascend")})
     assert human.returncode == 1 and "fix:" in human.stdout and "FAILED:" in human.stdout
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from npuops.fleet.runner import EventCollector, PlaybookRun
+from npuops.fleet.host_results import EventCollector, PlaybookRun
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"

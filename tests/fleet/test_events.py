@@ -1,4 +1,5 @@
-"""The pure half of the runner: ansible-runner event dicts in, typed events and per-host results out.
+"""The pure half of a playbook run (fleet/events.py, fleet/host_results.py): ansible-runner event dicts in,
+typed events and per-host results out.
 
 Replays real recordings (fixtures/README.md says how they were made); no Ansible runs here.
 """
@@ -9,15 +10,9 @@ from typing import Any
 
 import pytest
 
+from npuops.fleet.events import HostStats, PlaybookEvent, ansible_errors, parse_event, result_message
 from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, fleet_facts_from_run
-from npuops.fleet.runner import (
-    EventCollector,
-    HostStats,
-    PlaybookEvent,
-    ansible_errors,
-    parse_event,
-    result_message,
-)
+from npuops.fleet.host_results import EventCollector
 from tests.fleet.conftest import recorded, replay
 
 ALL_RECORDINGS = [

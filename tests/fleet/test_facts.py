@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, collect_node_models
-from npuops.fleet.runner import PlaybookEvent
 from tests.fleet.conftest import INVENTORIES, NPUOPS
 
 pytestmark = pytest.mark.slow

@@ -41,8 +41,8 @@ from npuops.fleet.doctor import (
 )
 from npuops.fleet.doctor_text import render_fleet_doctor_text
 from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, fleet_facts_from_run
+from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
-from npuops.fleet.runner import PlaybookRun
 from npuops.hardware.node import discover_node
 from npuops.hardware.probe import Probe
 from npuops.resources import shipped_dir

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.runner import (
     LOCALHOST_VARS,
-    PlaybookEvent,
     default_ansible_playbook,
     default_artifacts_dir,
     hosts_inventory,

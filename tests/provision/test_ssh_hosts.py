@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from npuops.fleet.runner import PlaybookEvent, run_playbook
+from npuops.fleet.events import PlaybookEvent
+from npuops.fleet.runner import run_playbook
 from tests.provision.ssh_hosts import (
     GUARD_ROUTE_METRIC,
     TestFleet,

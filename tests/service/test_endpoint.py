@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import urllib.request
@@ -10,14 +11,8 @@ import urllib.request
 import pytest
 
 from npuops.httpclient import base_url, client_host, http_request
-from npuops.instance.endpoint import (
-    Sample,
-    engine_figures,
-    first_completion,
-    health_ok,
-    histogram_quantile,
-    parse_prometheus,
-)
+from npuops.instance.endpoint import first_completion, health_ok
+from npuops.instance.metrics import Sample, engine_figures, histogram_quantile, parse_prometheus
 from tests.conftest import FIXTURES
 from tests.service.conftest import Serve
 
@@ -188,21 +183,65 @@ def test_parse_prometheus_labels_and_values_of_the_fixture() -> None:
     assert info.value == 1.0
 
 
-def test_parse_prometheus_escapes_timestamps_and_garbage() -> None:
+def test_parse_prometheus_escapes_and_timestamps() -> None:
     text = "\n".join([
         "# HELP x Something.",
         'x{path="C:\\\\dir",quote="say \\"hi\\""} 1.5 1700000000000',
         "y +Inf",
         "z NaN",
-        "not a sample line",
-        "w{a=\"1\"} notanumber",
         "",
     ])
     samples = parse_prometheus(text)
     assert [s.name for s in samples] == ["x", "y", "z"]
     assert samples[0].labels == {"path": "C:\\dir", "quote": 'say "hi"'}
     assert samples[0].value == 1.5
+    assert samples[0].timestamp == 1700000000.0  # milliseconds in the text, seconds in the sample
     assert samples[1].value == INF
+    assert math.isnan(samples[2].value)
+
+
+@pytest.mark.parametrize("body", [
+    "not a sample line\n",
+    'w{a="1"} notanumber\n',
+    "<html><body>502 Bad Gateway</body></html>\n",
+    # One bad line among good ones: the parser refuses the body, so no figure is half true.
+    "vllm:num_requests_running 3\nvllm:num_requests_waiting{engine=0} 1\n",
+], ids=["words", "bad-value", "html", "one-bad-line"])
+def test_a_body_that_does_not_parse_gives_no_figures(body: str) -> None:
+    assert parse_prometheus(body) == []
+    assert engine_figures(parse_prometheus(body)) == engine_figures([])
+
+
+def test_a_bucket_bound_that_is_not_a_number_is_skipped() -> None:
+    # The text format does not type label values, so the parser lets `le="soon"` through; the quantile skips it.
+    text = "\n".join([
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        'vllm:time_to_first_token_seconds_bucket{le="soon"} 3',
+        'vllm:time_to_first_token_seconds_bucket{le="0.5"} 4',
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf"} 4',
+        "",
+    ])
+    assert len(parse_prometheus(text)) == 3
+    assert engine_figures(parse_prometheus(text))["ttft_s"]["p50"] == pytest.approx(0.25)
+
+
+def test_counter_samples_keep_total_and_buckets_keep_le() -> None:
+    # prometheus_client names a counter's family without `_total`; the figures read the samples, which keep it.
+    text = "\n".join([
+        "# TYPE vllm:generation_tokens counter",
+        'vllm:generation_tokens_total{engine="0"} 7.0',
+        'vllm:generation_tokens_total{engine="1"} 5.0',
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        'vllm:time_to_first_token_seconds_bucket{le="0.1"} 5.0',
+        'vllm:time_to_first_token_seconds_bucket{le="0.5"} 10.0',
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf"} 10.0',
+        "vllm:time_to_first_token_seconds_count 10.0",
+        "vllm:time_to_first_token_seconds_sum 2.0",
+        "",
+    ])
+    figures = engine_figures(parse_prometheus(text))
+    assert figures["generation_tokens_total"] == 12.0
+    assert figures["ttft_s"]["p90"] == pytest.approx(0.42)
 
 
 @pytest.mark.parametrize(("q", "expected"), [

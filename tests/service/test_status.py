@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from npuops.instance.endpoint import Sample, engine_figures, parse_prometheus
 from npuops.instance.manager import parse_show
+from npuops.instance.metrics import Sample, engine_figures, parse_prometheus
 from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord
 from npuops.instance.status import instance_status, render_status_text, summarize
 from npuops.service.diagnosis import diagnose
@@ -130,6 +130,21 @@ def test_instance_status_of_a_healthy_foreground_instance(tmp_path: Path, serve:
     text = render_status_text(status)
     assert text.splitlines()[0] == f"demo: healthy  (tiny on {url})"
     assert "  manager   foreground supervisor (no unit)" in text.splitlines()
+
+
+def test_instance_status_when_metrics_answers_garbage(tmp_path: Path, serve: Serve) -> None:
+    # A proxy's error page or a half-written scrape on /metrics: the instance is still healthy, with no figures.
+    url, _ = serve({"/health": (200, b""), "/metrics": (200, b"<html><body>502 Bad Gateway</body></html>")})
+    record = _served_record(tmp_path, url)
+    Path(record.status_file).write_text(json.dumps(
+        {"supervisor_pid": os.getpid(), "stage": "healthy", "healthy_at": time.time(), "exit": None}),
+        encoding="utf-8")
+    status = instance_status(record, None, metrics_interval_s=0.0)
+    assert status["state"] == "healthy"
+    assert status["metrics"] == engine_figures([], [], 0.0)
+    assert status["metrics"]["generation_tokens_total"] is None
+    assert status["metrics"]["ttft_s"] == {"p50": None, "p90": None, "p99": None}
+    assert "  requests  - running, - waiting" in render_status_text(status).splitlines()
 
 
 def test_instance_status_of_a_crashed_foreground_instance(tmp_path: Path, closed_port: int) -> None:

@@ -1,0 +1,93 @@
+"""An engine's /metrics turned into the figures an operator reads: requests running and waiting, KV cache usage,
+token throughput, TTFT and inter-token latency percentiles.
+
+prometheus_client parses the text format; what is left here is pure: sums by sample name and the quantile
+estimate Prometheus' histogram_quantile makes. Sample names are the exposition's own: a counter's samples keep
+`_total` (its family's name drops it), a histogram's buckets are `<family>_bucket` with an `le` label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus"]
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition, or none when the body does not parse.
+
+    The parser refuses a whole body on one bad line (ValueError, the only error it raises on any text); an engine
+    answering garbage then shows no figures in `npuops status` rather than half of them or a traceback."""
+    try:
+        return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    except ValueError:
+        return []
+
+
+def _sum(samples: Sequence[Sample], name: str) -> float | None:
+    values = [s.value for s in samples if s.name == name]
+    return sum(values) if values else None
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile over cumulative (upper bound, count) buckets: linear inside a bucket."""
+    ordered = sorted(buckets)
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    total = ordered[-1][1]
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return ordered[-1][0]
+
+
+def _buckets(samples: Sequence[Sample], name: str) -> list[tuple[float, float]]:
+    """A histogram's cumulative buckets, summed over its label sets (engines, models); `le` is "+Inf" at the top."""
+    merged: dict[float, float] = {}
+    for s in samples:
+        if s.name == f"{name}_bucket" and "le" in s.labels:
+            try:
+                bound = float(s.labels["le"])
+            except ValueError:
+                continue
+            merged[bound] = merged.get(bound, 0.0) + s.value
+    return sorted(merged.items())
+
+
+def engine_figures(now: Sequence[Sample], before: Sequence[Sample] | None = None,
+                   interval_s: float = 0.0) -> dict[str, Any]:
+    """The live figures from vLLM's /metrics (testing-recipes.md lists the families). With an earlier scrape
+    `interval_s` before, token throughput is a rate over that interval; percentiles are over the engine's life."""
+    figures: dict[str, Any] = {
+        "requests_running": _sum(now, "vllm:num_requests_running"),
+        "requests_waiting": _sum(now, "vllm:num_requests_waiting"),
+        "kv_cache_usage": _sum(now, "vllm:kv_cache_usage_perc"),
+        "prompt_tokens_total": _sum(now, "vllm:prompt_tokens_total"),
+        "generation_tokens_total": _sum(now, "vllm:generation_tokens_total"),
+        "requests_finished_total": _sum(now, "vllm:request_success_total"),
+    }
+    for key, family in (("ttft_s", "vllm:time_to_first_token_seconds"), ("itl_s", "vllm:inter_token_latency_seconds")):
+        buckets = _buckets(now, family)
+        figures[key] = {f"p{int(q * 100)}": histogram_quantile(q, buckets) for q in (0.5, 0.9, 0.99)}
+    info = [s for s in now if s.name == "vllm:cache_config_info"]
+    if info:
+        tokens = info[0].labels.get("kv_cache_size_tokens")
+        figures["kv_cache_tokens"] = int(tokens) if tokens and tokens.isdigit() else None
+    if before is not None and interval_s > 0:
+        for key, family in (("generation_tokens_per_s", "vllm:generation_tokens_total"),
+                            ("prompt_tokens_per_s", "vllm:prompt_tokens_total")):
+            latest, earlier = _sum(now, family), _sum(before, family)
+            figures[key] = (latest - earlier) / interval_s if latest is not None and earlier is not None else None
+    return figures
