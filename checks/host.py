@@ -24,6 +24,15 @@ from npuops.textout import compact_cpu_list
 
 GIB = 1024**3
 ARM_MACHINES = ("aarch64", "arm64")
+
+
+def _skip_unless_arm_with_npus(ctx: CheckContext, what: str) -> Result | None:
+    """vllm-ascend binds CPUs only on ARM hosts: on x86, or without NPUs, a CPU-binding check has nothing to check."""
+    arch = ctx.node.host.arch
+    if arch not in ARM_MACHINES:
+        return Result.skip(f"{arch} host: vllm-ascend applies {what} on ARM hosts only", "nothing to do on x86",
+                           arch=arch)
+    return skip_without_npus(ctx)
 SYSCTL_PERSIST = "and persist it in /etc/sysctl.d/90-npuops.conf (npuops provision's host tuning does both)"
 
 
@@ -51,14 +60,10 @@ class CpusetPerNpu(Check):
     tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
-        host = ctx.node.host
-        if host.arch not in ARM_MACHINES:
-            # vllm-ascend binds CPUs only on ARM hosts; on x86 the check has nothing to check.
-            return Result.skip(f"{host.arch} host: vllm-ascend's CPU binding (and its CPUs-per-NPU rule) applies to "
-                               "ARM hosts only", "nothing to do on x86", arch=host.arch)
-        skipped = skip_without_npus(ctx)
+        skipped = _skip_unless_arm_with_npus(ctx, "its CPU binding (and its CPUs-per-NPU rule)")
         if skipped is not None:
             return skipped
+        host = ctx.node.host
         per_npu = int(ctx.threshold("min_cpus_per_npu_arm"))
         npus = len(ctx.selected_chips())
         allowed = len(host.allowed_cpus)
@@ -125,13 +130,10 @@ class NpuCpuAffinity(Check):
     requires = ("npu-smi",)
 
     def run(self, ctx: CheckContext) -> Result:
-        host = ctx.node.host
-        if host.arch not in ARM_MACHINES:
-            return Result.skip(f"{host.arch} host: vllm-ascend binds CPUs (by NPU affinity) on ARM hosts only",
-                               "nothing to do on x86", arch=host.arch)
-        skipped = skip_without_npus(ctx)
+        skipped = _skip_unless_arm_with_npus(ctx, "its CPU binding by NPU affinity")
         if skipped is not None:
             return skipped
+        host = ctx.node.host
         chips = [c for c in ctx.selected_chips() if c.family not in SLICED_FAMILIES]
         if not chips:
             return Result.skip("no chip of this launch is bound by affinity (A3 chips get an even share of the "
