@@ -22,10 +22,11 @@ from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import PlaybookEvent, PlaybookRun, run_playbook
 from npuops.hardware.node import Node
-from npuops.instance.ray import describe_ray_state
+from npuops.instance.status import InstanceStatus
 from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
 from npuops.plan.planner import Plan
+from npuops.wire import WireFormatError
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
 # Inventory variables a host may set to override what npuops works out from its node model.
@@ -94,13 +95,14 @@ class GroupLaunch:
     plan: Plan
     parts: list[HostPart]
     run: PlaybookRun | None = None
-    endpoint_status: dict[str, Any] | None = None
+    # The first host's instance status (its `npuops status NAME --json`) at the end of the launch.
+    endpoint_status: InstanceStatus | None = None
     staging: Path | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        healthy = bool(self.endpoint_status and self.endpoint_status.get("healthy"))
+        healthy = self.endpoint_status is not None and self.endpoint_status.healthy
         return self.run is not None and self.run.ok and healthy
 
     def host_results(self) -> dict[str, dict[str, Any]]:
@@ -117,7 +119,8 @@ class GroupLaunch:
         return {
             "ok": self.ok, "name": self.name, "group": self.group,
             "strategy": cluster.strategy if cluster else None,
-            "hosts": self.host_results(), "endpoint": self.endpoint_status,
+            "hosts": self.host_results(),
+            "endpoint": self.endpoint_status.to_json() if self.endpoint_status is not None else None,
             "artifacts": str(self.run.artifacts) if self.run is not None else None,
             "notes": list(self.notes), "plan": self.plan.to_json(),
         }
@@ -187,7 +190,7 @@ def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest:
         "npuops_group": group,
         "npuops_instance": name,
         "npuops_first_host": first.host.name,
-        "npuops_strategy": first.record.cluster.get("strategy"),
+        "npuops_strategy": first.record.cluster.strategy if first.record.cluster is not None else None,
         "npuops_files": dict(manifest),
         "npuops_units": {p.host.name: list(p.units) for p in parts},
         "npuops_engine_unit": first.record.unit,
@@ -241,9 +244,12 @@ def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Pat
         shutil.rmtree(launch.staging, ignore_errors=True)
     launch.run = run
     first = run.hosts.get(launch.parts[0].host.name)
-    if first is not None:
-        status = first.data.get("npuops_status")
-        launch.endpoint_status = status if isinstance(status, dict) else None
+    status = first.data.get("npuops_status") if first is not None else None
+    try:
+        launch.endpoint_status = InstanceStatus.from_json(status) if status else None
+    except WireFormatError:
+        # Not a status (the playbook read an empty or foreign answer): the launch reports no endpoint.
+        launch.endpoint_status = None
     return launch
 
 
@@ -255,12 +261,11 @@ def render_group_text(launch: GroupLaunch) -> str:
         lines.append(f"  {name:<20} {host['role']:<9} {host['address']:<16} {', '.join(host['units'])}  "
                      f"{host['status']}{message}")
     endpoint = launch.endpoint_status
-    if endpoint:
-        lines.append(f"endpoint: {endpoint.get('url')} on {launch.parts[0].host.name}: {endpoint.get('state')}")
-        cluster = endpoint.get("cluster") or {}
-        ray = cluster.get("ray")
-        if ray:
-                lines.append(f"ray: {describe_ray_state(ray)}")
+    if endpoint is not None:
+        lines.append(f"endpoint: {endpoint.url} on {launch.parts[0].host.name}: {endpoint.state}")
+        ray = endpoint.cluster.ray if endpoint.cluster is not None else None
+        if ray is not None:
+            lines.append(f"ray: {ray.describe()}")
     for note in launch.notes:
         lines.append(f"note: {note}")
     if launch.run is not None:

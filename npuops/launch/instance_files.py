@@ -8,7 +8,6 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
@@ -22,6 +21,7 @@ from npuops.instance.record import (
     ROLE_ENGINE,
     STATUS_FILE,
     UNIT_SUFFIX,
+    ClusterMembership,
     InstanceRecord,
     validate_instance_name,
 )
@@ -70,7 +70,7 @@ class InstanceExtras:
     serve_args: tuple[str, ...] = ()  # per-node vllm serve flags: data-parallel ranks, --headless
     environment: dict[str, str] = field(default_factory=dict)  # per-host: HCCL_IF_IP, *_SOCKET_IFNAME, RAY_ADDRESS
     role: str = ROLE_ENGINE
-    cluster: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterMembership | None = None
     requires_units: tuple[str, ...] = ()  # units the engine unit needs running first (the host's Ray node)
     env_files: tuple[Path, ...] = ()  # read before the instance's own env file (the host's CANN environment)
 
@@ -174,7 +174,7 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
             graph_mode=not bool(plan.config.get("enforce_eager", False)), api_key=bool(spec.api_key),
             dtype=str(plan.config.get("dtype") or ""),
             prediction=dict(plan.to_json().get("prediction") or {}),
-            role=extras.role, cluster=dict(extras.cluster),
+            role=extras.role, cluster=extras.cluster,
         )
         npuops_state = ["--state-dir", str(spec.state_dir)]
         unit_vars = {

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import CheckOutcome, Result, Severity, Status
@@ -23,8 +22,9 @@ from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
 from npuops.httpclient import client_host
 from npuops.instance.control import port_taken
-from npuops.instance.ray import probe_ray_cluster
-from npuops.instance.record import InstanceRecord
+from npuops.instance.ray import RayState, probe_ray_cluster
+from npuops.instance.record import ClusterMembership, InstanceRecord
+from npuops.instance.state import SupervisorState
 from npuops.settings import Settings
 
 # Level-1 checks about what this instance runs on. Checks that do not apply skip themselves (no NPUs, no CANN).
@@ -123,30 +123,30 @@ _RAY_POLL_S = 3.0
 
 
 def check_ray_cluster(record: InstanceRecord, *, wait_s: float = RAY_JOIN_WAIT_S,
-                      probe: Callable[[Mapping[str, Any]], dict[str, Any]] = probe_ray_cluster) -> CheckOutcome:
+                      probe: Callable[[ClusterMembership], RayState] = probe_ray_cluster) -> CheckOutcome:
     """A Ray head's engine starts only once every host of the group has a live Ray node: vLLM would otherwise
     wait for its placement group and then fail with a resource error that names no host."""
     started = time.monotonic()
     title = "Every host of the group has joined the Ray cluster."
-    state: dict[str, Any] = {}
+    cluster = record.ray_cluster
+    assert cluster is not None, "run_gate asks only a Ray instance's cluster"
     while True:
-        state = probe(record.cluster)
-        if state.get("complete") or time.monotonic() - started >= wait_s:
+        state = probe(cluster)
+        if state.complete or time.monotonic() - started >= wait_s:
             break
         time.sleep(_RAY_POLL_S)
-    if state.get("complete"):
+    if state.complete:
         return _outcome("ray-cluster", title, Severity.CRITICAL, Result.passed(
-            f"{state['nodes']}/{state['expected']} Ray nodes alive ({', '.join(state['alive'])})"), started)
-    missing = ", ".join((state.get("missing") or []) + (state.get("short") or [])) or "?"
-    error = state.get("error")
+            f"{state.nodes}/{state.expected} Ray nodes alive ({', '.join(state.alive)})"), started)
+    missing = ", ".join(state.missing + state.short) or "?"
     ray_unit = record.ray_unit or "the Ray unit"
     return _outcome("ray-cluster", title, Severity.CRITICAL, Result.fail(
-        (f"the Ray cluster cannot be asked: {error}" if error else
-         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.get('missing') or [])}" if state.get("missing")
-         else f"the Ray nodes of {missing} offer less than {record.cluster.get('ray_resources')}"),
+        (f"the Ray cluster cannot be asked: {state.error}" if state.error else
+         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.missing)}" if state.missing
+         else f"the Ray nodes of {missing} offer less than {dict(cluster.ray_resources)}"),
         f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
-        f"{record.cluster.get('ray_address')} (`npuops doctor -i INVENTORY --group {record.cluster.get('group')}` "
-        "checks the network between the hosts)", missing=state.get("missing"), address=state.get("address")),
+        f"{cluster.ray_address} (`npuops doctor -i INVENTORY --group {cluster.group}` "
+        "checks the network between the hosts)", missing=list(state.missing), address=state.address),
         started)
 
 
@@ -175,7 +175,7 @@ def run_gate(record: InstanceRecord, settings: Settings) -> GateReport:
     own: tuple[CheckOutcome, ...] = (check_engine_executable(record), check_model_directory(record))
     if record.serves_api:
         own += (check_port_free(record),)
-    if record.cluster.get("strategy") == "ray" and record.runs_engine:
+    if record.ray_cluster is not None and record.runs_engine:
         own += (check_ray_cluster(record),)
     return GateReport(own + report.outcomes, time.monotonic() - started)
 
@@ -195,15 +195,7 @@ def render_gate_text(report: GateReport, name: str) -> str:
     return "\n".join(lines)
 
 
-def refusal_status(report: GateReport, name: str) -> dict[str, object]:
+def refusal_status(report: GateReport, name: str) -> SupervisorState:
     """What the status file says after a refused start, so `npuops status` can name the check and its fix."""
-    first = report.blocking[0]
-    return {
-        "name": name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "exited",
-        "stages": [], "started_at": time.time(), "healthy_at": None, "url": None, "updated_at": time.time(),
-        "exit": {"code": 1, "reason": "gate-refused", "engine_returncode": None, "at": time.time(),
-                 "diagnosis": {"id": f"gate:{first.check_id}", "cause": first.result.message,
-                               "fix": first.result.remediation or "", "line": "", "source": "npuops start gate",
-                               "permanent": False},
-                 "log_tail": [], "blocking": [o.check_id for o in report.blocking]},
-    }
+    return SupervisorState.refused(name, [(o.check_id, o.result.message, o.result.remediation or "")
+                                          for o in report.blocking])

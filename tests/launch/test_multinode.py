@@ -144,10 +144,11 @@ def test_ray_worker_gets_only_its_ray_node_and_a_worker_record(ray_plan: Plan) -
     record = InstanceRecord.from_json(data, "worker instance.json")
     assert record.role == "ray-worker" and not record.serves_api and not record.runs_engine
     assert record.units == ["npuops-demo-ray.service"]
-    assert record.cluster["rank"] == 1 and record.cluster["role"] == "worker"
-    assert record.cluster["ray_address"] == "10.0.0.1:6379"
-    assert record.cluster["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head"},
-                                       {"name": "node-two", "address": "10.0.0.2", "role": "worker"}]
+    assert data["cluster"]["rank"] == 1 and data["cluster"]["role"] == "worker"
+    assert data["cluster"]["ray_address"] == "10.0.0.1:6379"
+    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head"},
+                                        {"name": "node-two", "address": "10.0.0.2", "role": "worker"}]
+    assert record.cluster is not None and (record.cluster.rank, record.cluster.role) == (1, "worker")
     assert record == worker.record
 
 
@@ -527,7 +528,8 @@ def test_ray_token_authentication(ray_plan: Plan) -> None:
             else:
                 assert token not in placed.text, placed.path
         cluster = part.record.cluster
-        assert cluster["ray_auth"] == "token" and cluster["ray_env_file"] == "/etc/npuops/demo/ray.env"
+        assert cluster is not None
+        assert cluster.ray_auth == "token" and cluster.ray_env_file == "/etc/npuops/demo/ray.env"
     without = _render(ray_plan)
-    assert without[0].record.cluster["ray_auth"] == "none"
+    assert without[0].record.cluster is not None and without[0].record.cluster.ray_auth == "none"
     assert all("RAY_AUTH" not in placed.text for part in without for placed in part.files)
