@@ -6,31 +6,32 @@ the hosts whose Ray node is gone, and a worker's report says its own Ray unit is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 
+if TYPE_CHECKING:
+    from npuops.instance.status import InstanceStatus
 
-def _problem(status: dict[str, Any]) -> str | None:
+
+def _problem(status: InstanceStatus) -> str | None:
     """What is wrong with one instance's part here, or None. A missing Ray node comes first: it is usually why the
     head's engine failed, and it names the host to look at. Pure."""
-    name = status["name"]
-    state = str(status.get("state") or "")
-    diagnosis = status.get("diagnosis") or {}
-    ray = (status.get("cluster") or {}).get("ray") or {}
+    diagnosis = status.diagnosis
+    ray = status.cluster.ray if status.cluster is not None else None
     problems = []
-    if ray.get("error"):
-        problems.append(str(ray["error"]))
-    elif ray.get("missing"):
-        problems.append(f"no live Ray node on {', '.join(ray['missing'])}")
-    elif ray.get("short"):
-        problems.append(f"the Ray nodes of {', '.join(ray['short'])} offer fewer resources than the engine needs")
-    if state == "failed":
-        problems.append("failed" + (f": [{diagnosis.get('id')}] {diagnosis.get('cause')}" if diagnosis else ""))
-    elif state == "unhealthy":
+    if ray is not None and ray.error:
+        problems.append(ray.error)
+    elif ray is not None and ray.missing:
+        problems.append(f"no live Ray node on {', '.join(ray.missing)}")
+    elif ray is not None and ray.short:
+        problems.append(f"the Ray nodes of {', '.join(ray.short)} offer fewer resources than the engine needs")
+    if status.state == "failed":
+        problems.append("failed" + (f": [{diagnosis.id}] {diagnosis.cause}" if diagnosis else ""))
+    elif status.state == "unhealthy":
         problems.append("runs but does not answer /health")
-    return f"{name}: {'; '.join(problems)}" if problems else None
+    return f"{status.name}: {'; '.join(problems)}" if problems else None
 
 
 class InstancesHealthy(Check):
@@ -53,7 +54,7 @@ class InstancesHealthy(Check):
                                "nothing to check until `npuops launch` installs one")
         manager = service_manager(settings)
         statuses = [instance_status(r, manager, metrics_interval_s=0) for r in records]
-        states = {s["name"]: s["state"] for s in statuses}
+        states = {s.name: s.state for s in statuses}
         problems = [p for s in statuses if (p := _problem(s))]
         if problems:
             return Result.fail("; ".join(problems),

@@ -8,18 +8,18 @@ one they skip; they carry the `instance` tag, so a plain `npuops doctor` run lea
 
 from __future__ import annotations
 
+import abc
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 from npuops.httpclient import client_host
 from npuops.instance.control import port_taken
-from npuops.instance.ray import probe_ray_cluster
-from npuops.instance.record import InstanceRecord
+from npuops.instance.ray import RayState, probe_ray_cluster
+from npuops.instance.record import ClusterMembership, InstanceRecord
 
 NO_INSTANCE_FIX = "run it for a launched instance: `npuops run --preflight NAME` (the start gate)"
 
@@ -29,20 +29,9 @@ RAY_JOIN_WAIT_S = 120.0
 _RAY_POLL_S = 3.0
 
 
-def _without_instance() -> Result:
-    return Result.skip("no instance given: this check runs in an instance's start gate (`npuops run --preflight NAME`)",
-                       NO_INSTANCE_FIX)
+class InstanceCheck(Check):
+    """A check of one launched instance: it reads the instance's record, and skips without one."""
 
-
-def is_ray_head_engine(record: InstanceRecord) -> bool:
-    """Whether this part is the engine of a Ray cluster (on its head): the one that needs every Ray node."""
-    return record.cluster.get("strategy") == "ray" and record.runs_engine
-
-
-class EngineExecutable(Check):
-    """The vLLM executable the instance runs exists and is executable."""
-
-    id = "engine-executable"
     area = "launch"
     severity = Severity.CRITICAL
     level = 1
@@ -51,7 +40,21 @@ class EngineExecutable(Check):
     def run(self, ctx: CheckContext) -> Result:
         record = ctx.options.instance
         if record is None:
-            return _without_instance()
+            return Result.skip("no instance given: this check runs in an instance's start gate "
+                               "(`npuops run --preflight NAME`)", NO_INSTANCE_FIX)
+        return self.check(record)
+
+    @abc.abstractmethod
+    def check(self, record: InstanceRecord) -> Result:
+        """The check's answer for this instance."""
+
+
+class EngineExecutable(InstanceCheck):
+    """The vLLM executable the instance runs exists and is executable."""
+
+    id = "engine-executable"
+
+    def check(self, record: InstanceRecord) -> Result:
         exe = record.vllm_command[0]
         if not os.path.isabs(exe):
             ok = any(os.access(os.path.join(d, exe), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d)
@@ -64,19 +67,12 @@ class EngineExecutable(Check):
                            "--vllm PATH", executable=exe)
 
 
-class ModelDirectory(Check):
+class ModelDirectory(InstanceCheck):
     """The model directory holds a Hugging Face config.json."""
 
     id = "model-directory"
-    area = "launch"
-    severity = Severity.CRITICAL
-    level = 1
-    tags = ("gate", "instance")
 
-    def run(self, ctx: CheckContext) -> Result:
-        record = ctx.options.instance
-        if record is None:
-            return _without_instance()
+    def check(self, record: InstanceRecord) -> Result:
         model = Path(record.model_path)
         if (model / "config.json").is_file() or (model / "params.json").is_file():
             return Result.passed(f"{model} holds config.json", model=str(model))
@@ -86,19 +82,12 @@ class ModelDirectory(Check):
                            "directory", model=str(model))
 
 
-class PortFree(Check):
+class PortFree(InstanceCheck):
     """Nothing else listens on the instance's port."""
 
     id = "port-free"
-    area = "launch"
-    severity = Severity.CRITICAL
-    level = 1
-    tags = ("gate", "instance")
 
-    def run(self, ctx: CheckContext) -> Result:
-        record = ctx.options.instance
-        if record is None:
-            return _without_instance()
+    def check(self, record: InstanceRecord) -> Result:
         if not record.serves_api:
             return Result.skip(f"{record.name}'s part here ({record.role}) serves no API: it has no port of its own",
                                "nothing to do: the part that serves the API checks its port", role=record.role)
@@ -111,49 +100,42 @@ class PortFree(Check):
                            "--port", port=record.port)
 
 
-def wait_for_ray_cluster(record: InstanceRecord, *, wait_s: float,
-                         probe: Callable[[Mapping[str, Any]], dict[str, Any]]) -> Result:
+def wait_for_ray_cluster(record: InstanceRecord, cluster: ClusterMembership, *, wait_s: float,
+                         probe: Callable[[ClusterMembership], RayState]) -> Result:
     """Ask the cluster (probe) every _RAY_POLL_S until every host has a live Ray node, for at most wait_s."""
     started = time.monotonic()
     while True:
-        state = probe(record.cluster)
-        if state.get("complete") or time.monotonic() - started >= wait_s:
+        state = probe(cluster)
+        if state.complete or time.monotonic() - started >= wait_s:
             break
         time.sleep(_RAY_POLL_S)
-    if state.get("complete"):
-        return Result.passed(f"{state['nodes']}/{state['expected']} Ray nodes alive ({', '.join(state['alive'])})",
-                             alive=state.get("alive"), address=state.get("address"))
-    missing = ", ".join((state.get("missing") or []) + (state.get("short") or [])) or "?"
-    error = state.get("error")
+    if state.complete:
+        return Result.passed(f"{state.nodes}/{state.expected} Ray nodes alive ({', '.join(state.alive)})",
+                             alive=list(state.alive), address=state.address)
+    missing = ", ".join(state.missing + state.short) or "?"
     ray_unit = record.ray_unit or "the Ray unit"
     return Result.fail(
-        (f"the Ray cluster cannot be asked: {error}" if error else
-         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.get('missing') or [])}" if state.get("missing")
-         else f"the Ray nodes of {missing} offer less than {record.cluster.get('ray_resources')}"),
+        (f"the Ray cluster cannot be asked: {state.error}" if state.error else
+         f"after {wait_s:.0f} s, no live Ray node on {', '.join(state.missing)}" if state.missing
+         else f"the Ray nodes of {missing} offer less than {dict(cluster.ray_resources)}"),
         f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
-        f"{record.cluster.get('ray_address')} (`npuops doctor -i INVENTORY --group {record.cluster.get('group')}` "
-        "checks the network between the hosts)", missing=state.get("missing"), address=state.get("address"))
+        f"{cluster.ray_address} (`npuops doctor -i INVENTORY --group {cluster.group}` checks the network between the "
+        "hosts)", missing=list(state.missing), address=state.address)
 
 
-class RayCluster(Check):
+class RayCluster(InstanceCheck):
     """Every host of the group has joined the Ray cluster."""
 
     id = "ray-cluster"
-    area = "launch"
-    severity = Severity.CRITICAL
-    level = 1
-    tags = ("gate", "instance")
 
-    def run(self, ctx: CheckContext) -> Result:
+    def check(self, record: InstanceRecord) -> Result:
         """A Ray head's engine starts only once every host of the group has a live Ray node: vLLM would otherwise
         wait for its placement group and then fail with a resource error that names no host."""
-        record = ctx.options.instance
-        if record is None:
-            return _without_instance()
-        if not is_ray_head_engine(record):
-            strategy = record.cluster.get("strategy") or "single node"
+        cluster = record.ray_cluster
+        if cluster is None or not record.runs_engine:
+            strategy = record.cluster.strategy if record.cluster else "single node"
             return Result.skip(f"{record.name}'s part here ({record.role}, {strategy}) is not a Ray head's engine",
                                "nothing to do: only the engine on a Ray head waits for the cluster",
                                role=record.role, strategy=strategy)
         # The wait and the probe are looked up here, at run time, so tests can shorten one and record the other.
-        return wait_for_ray_cluster(record, wait_s=RAY_JOIN_WAIT_S, probe=probe_ray_cluster)
+        return wait_for_ray_cluster(record, cluster, wait_s=RAY_JOIN_WAIT_S, probe=probe_ray_cluster)

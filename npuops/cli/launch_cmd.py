@@ -3,13 +3,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from npuops.cli.main import load_context_settings
 from npuops.cli.plan_options import plan_flags, request_from_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from npuops.hardware.node import Node
 
 
 @click.command()
@@ -156,26 +159,25 @@ def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, a
                f"(or let `npuops launch` without --dry-run do it).")
 
 
-def _group_target(settings: Any, flags: dict[str, Any], first_node: dict[str, Any], nodes: int) -> Any:
-    """The plan's hardware for a serving group: the hosts' own chips (checked identical), or --hardware."""
+def _group_target(settings: Any, flags: dict[str, Any], first_node: Node, nodes: int) -> Any:
+    """The plan's hardware for a serving group: the first host's chips (checked identical on every host), or
+    --hardware."""
     from npuops.plan.target import cpu_target, parse_hardware_spec, target_from_node
 
     hardware = str(flags["hardware"]).strip().lower()
     if hardware == "cpu":
-        host = first_node.get("host") or {}
-        return cpu_target(int(host.get("memory_total_bytes") or 0),
-                          int(host.get("allowed_cpu_count") or host.get("cpu_count") or 0),
-                          max(1, len(host.get("numa_nodes") or [])), nodes=nodes)
+        host = first_node.host
+        return cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
+                          max(1, len(host.numa_nodes)), nodes=nodes)
     if hardware != "auto":
         return parse_hardware_spec(str(flags["hardware"]), nodes=nodes, devices=flags.get("devices"))
-    chips = first_node.get("chips") or []
+    chips = first_node.chips
     if not chips:
         raise EnvironmentMissingError("the group's first host shows no NPU",
                                       "check it with `npuops node -i INVENTORY`, or pass --hardware (cpu for a "
                                       "test cluster of CPU engines)")
-    first = chips[0]
-    memory_mb = first.get("hbm_total_mb") or first.get("memory_total_mb")
-    return target_from_node(str(first.get("name")), len(chips), int(memory_mb) * 2**20 if memory_mb else None,
+    memory_mb = chips[0].device_memory_total_mb
+    return target_from_node(chips[0].smi.name, len(chips), memory_mb * 2**20 if memory_mb else None,
                             nodes=nodes, devices=flags.get("devices"))
 
 
@@ -224,7 +226,7 @@ def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, po
     ordered = {h.name: nodes[h.name] for h in hosts}
     if str(flags["hardware"]).strip().lower() == "auto":
         check_same_hardware(ordered)
-    target = _group_target(settings, flags, dict(ordered[hosts[0].name]), len(hosts))
+    target = _group_target(settings, flags, ordered[hosts[0].name], len(hosts))
     plan_result = plan_request(settings, request, target=target)
     if plan_result.cluster is None:
         raise UsageError(f"the plan for {plan_result.model.served_name} uses one node of the group",

@@ -82,8 +82,8 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
 
         assert inventory is not None and group is not None and name is not None
         view = status_group(inventory, group, name, artifacts_dir=grouped[1], forks=forks, on_event=grouped[2])
-        click.echo(json.dumps(view, indent=2) if as_json else render_group_status_text(name, group, view))
-        if not view["ok"]:
+        click.echo(json.dumps(view.to_json(), indent=2) if as_json else render_group_status_text(name, group, view))
+        if not view.ok:
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
     settings = load_context_settings(ctx)
@@ -101,17 +101,18 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
     while True:
         statuses = [instance_status(r, manager) for r in records]
         # A stopped instance may be about to start (a boot, a restart): only healthy or failed ends the wait.
-        settled = all(s["state"] in ("healthy", "failed") for s in statuses)
+        settled = all(s.state in ("healthy", "failed") for s in statuses)
         if settled or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
     if as_json:
-        click.echo(json.dumps({"ok": all(s["healthy"] for s in statuses), "instances": statuses}, indent=2))
+        click.echo(json.dumps({"ok": all(s.healthy for s in statuses), "instances": [s.to_json() for s in statuses]},
+                              indent=2))
     elif not statuses:
         click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
     else:
         click.echo("\n\n".join(render_status_text(s) for s in statuses))
-    if not statuses or not all(s["healthy"] for s in statuses):
+    if not statuses or not all(s.healthy for s in statuses):
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
 
 
@@ -129,13 +130,13 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
     statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in list_records(settings.state_dir)]
     if as_json:
         click.echo(json.dumps({"ok": True, "instances": [
-            {"name": r.name, "state": s["state"], "url": s["url"], "model": r.served_model_name,
-             "manager": r.manager, "unit": s["unit"], "devices": list(r.devices)} for r, s in statuses]}, indent=2))
+            {"name": r.name, "state": s.state, "url": s.url, "model": r.served_model_name,
+             "manager": r.manager, "unit": s.unit, "devices": list(r.devices)} for r, s in statuses]}, indent=2))
         return
     if not statuses:
         click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
         return
-    rows = [(r.name, s["state"], s["url"], r.served_model_name, ",".join(map(str, r.devices)) or "-",
+    rows = [(r.name, s.state, s.url, r.served_model_name, ",".join(map(str, r.devices)) or "-",
              r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
     click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
 

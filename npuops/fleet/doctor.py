@@ -9,7 +9,8 @@ and each host's clock skew against this controller.
 With a serving group (`--group G`) each host's doctor also gets `--peers`: the other hosts of G (inventory
 address and port, their NPU NIC addresses from their node models), for the network checks.
 
-Everything but `run_fleet_doctor` is pure and works on plain JSON data; the serving group's hosts come from
+Everything but `run_fleet_doctor` is pure: it reads each host's typed node model (npuops.hardware.node.Node, as
+npuops.fleet.facts read it from the host's answer) and the doctor's JSON report; the serving group's hosts come from
 npuops.fleet.inventory (ansible-inventory).
 """
 
@@ -28,6 +29,7 @@ from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, collect_no
 from npuops.fleet.host_results import HostResult, PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
+from npuops.hardware.node import Node
 
 FLEET_DOCTOR_PLAYBOOK = "fleet-doctor.yml"
 # The set_stats keys fleet-doctor.yml hands each host's data back under: the npuops version and the clock
@@ -72,52 +74,34 @@ def _text(value: Any) -> str | None:
     return text or None
 
 
-def _chip_names(node: Mapping[str, Any]) -> str | None:
-    chips = node.get("chips")
-    if not isinstance(chips, list):
-        return None
-    names = sorted({str(c["name"]) for c in chips if isinstance(c, Mapping) and c.get("name")})
-    return ", ".join(names) or None
-
-
-def _chip_count(node: Mapping[str, Any]) -> str | None:
-    chips = node.get("chips")
-    return str(len(chips)) if isinstance(chips, list) else None
-
-
-def _package(name: str) -> Callable[[Mapping[str, Any]], str | None]:
-    return lambda node: _text(_get(node, "python_stack", "packages", name))
-
-
-def _at(*keys: str) -> Callable[[Mapping[str, Any]], str | None]:
-    return lambda node: _text(_get(node, *keys))
+def _package(name: str) -> Callable[[Node], str | None]:
+    return lambda node: _text(node.python_stack.version(name))
 
 
 @dataclass(frozen=True)
 class ComparedFact:
     key: str
     what: str
-    read: Callable[[Mapping[str, Any]], str | None]
+    read: Callable[[Node], str | None]
 
 
-# What a multi-node job needs to be the same everywhere, read from each host's `npuops node --json`
+# What a multi-node job needs to be the same everywhere, read from each host's node model
 # (npuops/hardware/node.py). One line per fact; the npuops version comes from fleet-doctor.yml.
 COMPARED: tuple[ComparedFact, ...] = (
-    ComparedFact("driver", "NPU driver", lambda n: _text(_get(n, "driver", "version"))
-                 or _text(_get(n, "npu_smi", "driver_version"))),
-    ComparedFact("firmware", "NPU firmware", _at("firmware", "version")),
-    ComparedFact("cann", "CANN toolkit", _at("cann", "toolkit", "version")),
-    ComparedFact("kernels", "CANN kernels/ops", _at("cann", "kernels", "version")),
-    ComparedFact("nnal", "NNAL (ATB)", _at("cann", "nnal", "version")),
-    ComparedFact("python", "Python", _at("python_stack", "python")),
+    ComparedFact("driver", "NPU driver", lambda n: _text(n.driver.version) or _text(n.npu_smi.driver_version)),
+    ComparedFact("firmware", "NPU firmware", lambda n: _text(n.firmware.version)),
+    ComparedFact("cann", "CANN toolkit", lambda n: _text(n.cann.toolkit.version)),
+    ComparedFact("kernels", "CANN kernels/ops", lambda n: _text(n.cann.kernels.version)),
+    ComparedFact("nnal", "NNAL (ATB)", lambda n: _text(n.cann.nnal.version)),
+    ComparedFact("python", "Python", lambda n: _text(n.python_stack.python)),
     ComparedFact("torch", "torch", _package("torch")),
     ComparedFact("torch_npu", "torch_npu", _package("torch_npu")),
     ComparedFact("vllm", "vllm", _package("vllm")),
     ComparedFact("vllm_ascend", "vllm-ascend", _package("vllm_ascend")),
     ComparedFact("triton_ascend", "triton-ascend", _package("triton_ascend")),
-    ComparedFact("chip_model", "chip model", _chip_names),
-    ComparedFact("chip_count", "chip count", _chip_count),
-    ComparedFact("arch", "CPU architecture", _at("host", "arch")),
+    ComparedFact("chip_model", "chip model", lambda n: ", ".join(name for name in n.chip_names() if name) or None),
+    ComparedFact("chip_count", "chip count", lambda n: str(len(n.chips))),
+    ComparedFact("arch", "CPU architecture", lambda n: _text(n.host.arch)),
 )
 NPUOPS_VERSION = ComparedFact("npuops", "npuops", lambda n: None)  # read from `npuops --version`, not the node
 
@@ -165,9 +149,9 @@ def compare_values(key: str, what: str, values: Mapping[str, str | None]) -> Dif
                       odd)
 
 
-def fleet_differences(nodes: Mapping[str, Mapping[str, Any]],
+def fleet_differences(nodes: Mapping[str, Node],
                       npuops_versions: Mapping[str, str | None] | None = None) -> list[Difference]:
-    """What the hosts' node models (`npuops node --json`, by host) disagree on, in COMPARED order; with
+    """What the hosts' node models (by host) disagree on, in COMPARED order; with
     `npuops_versions` (host -> `npuops --version`) the npuops version too. Hosts without a model are left
     out. Pure."""
     found: list[Difference] = []
@@ -251,26 +235,17 @@ def clock_skew(reading: float | None, sent: float | None, received: float | None
 # --- the network preflight of a serving group ---------------------------------------------------------------------
 
 
-def chip_nic_ips(node: Mapping[str, Any] | None) -> dict[str, str]:
+def chip_nic_ips(node: Node | None) -> dict[str, str]:
     """A node model's NPU NIC addresses by device id (the id ASCEND_RT_VISIBLE_DEVICES uses). Pure."""
-    found: dict[str, str] = {}
-    chips = node.get("chips") if isinstance(node, Mapping) else None
-    for chip in chips if isinstance(chips, list) else ():
-        if not isinstance(chip, Mapping) or not _text(chip.get("nic_ip")):
-            continue
-        device = chip.get("device_id")
-        if device is None:
-            device = chip.get("logical_id") if chip.get("logical_id") is not None else chip.get("npu_id")
-        if device is not None:
-            found[str(device)] = str(chip["nic_ip"]).strip()
-    return found
+    if node is None:
+        return {}
+    return {str(chip.device_id): nic.strip() for chip in node.chips if (nic := _text(chip.nic_ip))}
 
 
-def local_interface_for(node: Mapping[str, Any] | None, addresses: Sequence[str]) -> str | None:
+def local_interface_for(node: Node | None, addresses: Sequence[str]) -> str | None:
     """The name of the host's up interface whose IPv4 network holds the peers' addresses (the first one
-    that holds any), from the node model's host.interfaces; None when none does. Pure."""
-    interfaces = _get(node, "host", "interfaces")
-    if not isinstance(interfaces, list):
+    that holds any), from the node model's host interfaces; None when none does. Pure."""
+    if node is None:
         return None
     targets = []
     for address in addresses:
@@ -279,16 +254,16 @@ def local_interface_for(node: Mapping[str, Any] | None, addresses: Sequence[str]
         except ValueError:
             continue
     for target in targets:
-        for interface in interfaces:
-            if not isinstance(interface, Mapping) or interface.get("up") is False or not interface.get("name"):
+        for interface in node.host.interfaces:
+            if not interface.up or not interface.name:
                 continue
-            for cidr in interface.get("ipv4") or ():
+            for cidr in interface.ipv4:
                 try:
-                    network = ipaddress.ip_interface(str(cidr)).network
+                    network = ipaddress.ip_interface(cidr).network
                 except ValueError:
                     continue
                 if target in network and not network.is_loopback:
-                    return str(interface["name"])
+                    return interface.name
     return None
 
 
@@ -298,8 +273,7 @@ def peer_address(member: InventoryHost) -> str:
     return member.name if "{{" in member.address else member.address
 
 
-def build_peers(members: Sequence[InventoryHost],
-                nodes: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+def build_peers(members: Sequence[InventoryHost], nodes: Mapping[str, Node | None]) -> dict[str, dict[str, Any]]:
     """Each member's `npuops doctor --peers` value: the other members (inventory order) with their address, port
     and NPU NIC addresses (from their node models; none for a host without one), and the local interface that
     reaches them when the member's node model shows one. Pure."""
@@ -325,7 +299,7 @@ class HostDoctor:
     host: str
     status: HostDoctorStatus
     report: Mapping[str, Any] | None = None
-    node: Mapping[str, Any] | None = None
+    node: Node | None = None
     message: str = ""
     fix: str = ""
     npuops_version: str | None = None
@@ -357,7 +331,7 @@ class HostDoctor:
             "status": self.status, "message": self.message, "fix": self.fix,
             "npuops_version": self.npuops_version,
             "clock_skew_s": round(self.clock.skew_s, 3) if self.clock else None,
-            "report": self.report, "node": self.node,
+            "report": self.report, "node": self.node.to_json() if self.node is not None else None,
         }
         if self.peers is not None:
             data["peers"] = self.peers

@@ -2,7 +2,8 @@
 and of the fleet doctor.
 
 Runs playbooks/node-facts.yml (each host runs its own `npuops node --json`) and turns the run into
-one entry per host: the node JSON, or why there is none (failed, unreachable).
+one entry per host: its node model (the same typed `Node` the host has, read with `Node.from_json`), or why
+there is none (failed, unreachable, an answer that is not a node model).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import HostResult, HostStatus, PlaybookRun
 from npuops.fleet.runner import run_playbook
+from npuops.hardware.node import Node
+from npuops.wire import WireFormatError
 
 NODE_FACTS_PLAYBOOK = "node-facts.yml"
 # The set_stats key node-facts.yml hands the model back under.
 NODE_STATS_KEY = "npuops_node"
-# Keys every node model has (README, `npuops node --json`): enough to tell it from other JSON.
-_NODE_KEYS = ("npu", "host")
 
 FIX_NOT_FOUND = (
     "install npuops on the host (`npuops provision` puts it in /opt/npuops/venv), or set npuops_command "
@@ -29,6 +30,7 @@ FIX_NOT_FOUND = (
 )
 FIX_UNREACHABLE = "check that the host is up and that `ssh` to it works with the inventory's user, port and key"
 FIX_FAILED = "run `npuops node --json` on the host to see the problem there"
+FIX_NO_MODEL = "check that npuops_command runs npuops on that host, and do not filter node-facts by tags"
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,13 @@ class HostNode:
 
     host: str
     status: HostStatus
-    node: Mapping[str, Any] | None
+    node: Node | None
     message: str = ""
     fix: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "message": self.message, "fix": self.fix, "node": self.node}
+        return {"status": self.status, "message": self.message, "fix": self.fix,
+                "node": self.node.to_json() if self.node is not None else None}
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class FleetFacts:
         """Every targeted host gave its node model."""
         return bool(self.hosts) and all(h.status == "ok" for h in self.hosts.values())
 
-    def nodes(self) -> dict[str, Mapping[str, Any]]:
+    def nodes(self) -> dict[str, Node]:
         """The node models that came back, by host."""
         return {name: h.node for name, h in self.hosts.items() if h.node is not None}
 
@@ -79,11 +82,14 @@ def _host_node(result: HostResult) -> HostNode:
         return HostNode(result.name, "unreachable", None, result.message or "unreachable", FIX_UNREACHABLE)
     if result.status == "failed":
         return HostNode(result.name, "failed", None, result.message or "failed", failure_fix(result))
-    if not isinstance(node, Mapping) or not all(k in node for k in _NODE_KEYS):
-        # ok without a model: the hand-back task was filtered out (tags) or npuops printed something else.
-        return HostNode(result.name, "failed", None, "the host returned no npuops node model",
-                        "check that npuops_command runs npuops on that host, and do not filter node-facts by tags")
-    return HostNode(result.name, "ok", node)
+    if node is None:
+        # ok without a model: the hand-back task was filtered out (tags).
+        return HostNode(result.name, "failed", None, "the host returned no npuops node model", FIX_NO_MODEL)
+    try:
+        return HostNode(result.name, "ok", Node.from_json(node))
+    except WireFormatError as exc:
+        # npuops_command printed something else than a node model.
+        return HostNode(result.name, "failed", None, f"the host's answer is {exc.problem}", FIX_NO_MODEL)
 
 
 def fleet_facts_from_run(run: PlaybookRun) -> FleetFacts:

@@ -9,7 +9,7 @@ part down and as the head naming it among the missing Ray nodes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,9 @@ from npuops.fleet.facts import FIX_UNREACHABLE, failure_fix
 from npuops.fleet.host_results import HostStatus
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
-from npuops.instance.ray import describe_ray_state
+from npuops.instance.ray import RayState
+from npuops.instance.status import InstanceStatus
+from npuops.wire import WireFormatError
 
 COMMAND_PLAYBOOK = "npuops-command.yml"
 
@@ -62,64 +64,112 @@ def run_on_hosts(inventory: Path, limit: str, args: Sequence[str], *, ok_rcs: Se
     return answers
 
 
-def group_status(hosts: Sequence[InventoryHost], answers: Mapping[str, HostAnswer]) -> dict[str, Any]:
+FIX_NO_STATUS = "run `npuops status NAME --json` on the host; upgrade npuops there if it is not npuops' answer"
+
+
+@dataclass(frozen=True)
+class HostPartStatus:
+    """One host's part of the group: its instance's status (read from its answer), or why there is none."""
+
+    status: str  # ok, or why the host gave no status (unreachable, failed, not reached, unreadable)
+    instance: InstanceStatus | None = None
+    message: str = ""
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        if self.status == "ok":
+            return {"status": "ok", "instance": self.instance.to_json() if self.instance is not None else None}
+        return {"status": self.status, "message": self.message, "fix": self.fix, "instance": None}
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """The group from every host's `npuops status NAME --json`: healthy when every part runs, the first host's
+    endpoint answers and, under Ray, every host's node is alive."""
+
+    hosts: Mapping[str, HostPartStatus]
+    down: tuple[str, ...]
+    endpoint_host: str | None = None  # the first host, when it answered
+    endpoint: InstanceStatus | None = None
+    answers: Mapping[str, HostAnswer] = field(default_factory=dict)
+
+    @property
+    def ray(self) -> RayState | None:
+        cluster = self.endpoint.cluster if self.endpoint is not None else None
+        return cluster.ray if cluster is not None else None
+
+    @property
+    def ok(self) -> bool:
+        return (not self.down and self.endpoint is not None and self.endpoint.healthy
+                and (self.ray is None or self.ray.complete))
+
+    def to_json(self) -> dict[str, Any]:
+        endpoint = None
+        if self.endpoint is not None:
+            endpoint = {"host": self.endpoint_host, "url": self.endpoint.url, "state": self.endpoint.state,
+                        "healthy": self.endpoint.healthy}
+        data: dict[str, Any] = {"ok": self.ok, "hosts": {h: p.to_json() for h, p in self.hosts.items()},
+                                "down": list(self.down), "endpoint": endpoint,
+                                "ray": self.ray.to_json() if self.ray is not None else None}
+        if self.answers:
+            data["answers"] = {h: a.to_json() for h, a in self.answers.items()}
+        return data
+
+
+def _host_part(answer: HostAnswer | None) -> HostPartStatus:
+    if answer is None or answer.answer is None:
+        return HostPartStatus(answer.status if answer else "not reached",
+                              message=answer.message if answer else "the host gave no answer",
+                              fix=answer.fix if answer else FIX_UNREACHABLE)
+    instances = answer.answer.get("instances") or []
+    if not instances:
+        return HostPartStatus("ok")
+    try:
+        return HostPartStatus("ok", InstanceStatus.from_json(instances[0]))
+    except WireFormatError as exc:
+        return HostPartStatus("unreadable", message=exc.problem, fix=FIX_NO_STATUS)
+
+
+def group_status(hosts: Sequence[InventoryHost], answers: Mapping[str, HostAnswer]) -> GroupStatus:
     """One view of the group from every host's `npuops status NAME --json`. Pure."""
-    parts: dict[str, Any] = {}
-    down: list[str] = []
-    endpoint: dict[str, Any] | None = None
-    ray: dict[str, Any] | None = None
-    for index, host in enumerate(hosts):
-        answer = answers.get(host.name)
-        if answer is None or answer.answer is None:
-            parts[host.name] = {"status": answer.status if answer else "not reached",
-                                "message": answer.message if answer else "the host gave no answer",
-                                "fix": answer.fix if answer else FIX_UNREACHABLE, "instance": None}
-            down.append(host.name)
-            continue
-        instances = answer.answer.get("instances") or []
-        instance = instances[0] if instances and isinstance(instances[0], Mapping) else None
-        parts[host.name] = {"status": "ok", "instance": instance}
-        if instance is None or not instance.get("healthy"):
-            down.append(host.name)
-        if index == 0 and instance is not None:
-            endpoint = {"host": host.name, "url": instance.get("url"), "state": instance.get("state"),
-                        "healthy": bool(instance.get("healthy"))}
-            ray = (instance.get("cluster") or {}).get("ray")
-    healthy = not down and endpoint is not None and endpoint["healthy"] and (ray is None or bool(ray.get("complete")))
-    return {"ok": healthy, "hosts": parts, "down": down, "endpoint": endpoint, "ray": ray}
+    parts = {host.name: _host_part(answers.get(host.name)) for host in hosts}
+    down = tuple(name for name, part in parts.items() if part.instance is None or not part.instance.healthy)
+    first = hosts[0].name if hosts else None
+    endpoint = parts[first].instance if first is not None else None
+    return GroupStatus(parts, down, first if endpoint is not None else None, endpoint)
 
 
-def render_group_status_text(name: str, group: str, view: Mapping[str, Any]) -> str:
-    lines = [f"{name} on group {group}: {'healthy' if view['ok'] else 'NOT healthy'}"]
-    for host, part in view["hosts"].items():
-        instance = part.get("instance")
+def render_group_status_text(name: str, group: str, view: GroupStatus) -> str:
+    lines = [f"{name} on group {group}: {'healthy' if view.ok else 'NOT healthy'}"]
+    for host, part in view.hosts.items():
+        instance = part.instance
         if instance is None:
-            lines.append(f"  {host:<20} {part['status']}: {part['message']} (fix: {part['fix']})")
+            if part.status == "ok":
+                lines.append(f"  {host:<20} ok: the host shows no instance {name}")
+            else:
+                lines.append(f"  {host:<20} {part.status}: {part.message} (fix: {part.fix})")
             continue
-        unit = instance.get("unit_state") or {}
-        role = instance.get("role") or (instance.get("cluster") or {}).get("role") or "engine"
-        lines.append(f"  {host:<20} {role:<10} {instance.get('state')}  {instance.get('unit') or ''} "
-                     f"{unit.get('active_state', '')}/{unit.get('sub_state', '')}".rstrip())
-        diagnosis = instance.get("diagnosis")
+        unit = instance.unit_state
+        role = instance.role or (instance.cluster.role if instance.cluster is not None else "") or "engine"
+        lines.append(f"  {host:<20} {role:<10} {instance.state}  {instance.unit or ''} "
+                     f"{unit.active_state if unit else ''}/{unit.sub_state if unit else ''}".rstrip())
+        diagnosis = instance.diagnosis
         if diagnosis:
-            lines.append(f"  {'':<20} [{diagnosis.get('id')}] {diagnosis.get('cause')}; fix: {diagnosis.get('fix')}")
-    endpoint = view.get("endpoint")
-    if endpoint:
-        lines.append(f"endpoint: {endpoint['url']} on {endpoint['host']}: {endpoint['state']}")
-    ray = view.get("ray")
-    if ray:
-        lines.append(f"ray: {describe_ray_state(ray)}")
+            lines.append(f"  {'':<20} [{diagnosis.id}] {diagnosis.cause}; fix: {diagnosis.fix}")
+    if view.endpoint is not None:
+        lines.append(f"endpoint: {view.endpoint.url} on {view.endpoint_host}: {view.endpoint.state}")
+    if view.ray is not None:
+        lines.append(f"ray: {view.ray.describe()}")
     return "\n".join(lines)
 
 
 def status_group(inventory: Path, group: str, name: str, *, artifacts_dir: Path, forks: int,
-                 on_event: Callable[[PlaybookEvent], None] | None = None) -> dict[str, Any]:
+                 on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupStatus:
     hosts = read_inventory_group(inventory, group)
     answers = run_on_hosts(inventory, group, ["status", name, "--json"], ok_rcs=(0, 1), artifacts_dir=artifacts_dir,
                            forks=forks, timeout_s=120, on_event=on_event)
     view = group_status(hosts, answers)
-    view["answers"] = {h: a.to_json() for h, a in answers.items()}
-    return view
+    return GroupStatus(view.hosts, view.down, view.endpoint_host, view.endpoint, answers)
 
 
 def stop_group(inventory: Path, group: str, name: str, *, artifacts_dir: Path, forks: int,

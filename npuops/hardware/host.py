@@ -14,6 +14,7 @@ from typing import Any
 from npuops.hardware.chips import HUAWEI_PCI_VENDOR_ID, chip_catalog
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
+from npuops.wire import WireObject
 
 # The device nodes a serving process needs besides one /dev/davinciN per chip (ascend-facts §1).
 CONTROL_DEVICE_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
@@ -92,12 +93,22 @@ class NumaNode:
     cpus: tuple[int, ...]
     memory_bytes: int | None
 
+    @classmethod
+    def from_json(cls, data: object) -> NumaNode:
+        node = WireObject.wrap(data, "NUMA node")
+        return cls(node.req_integer("node_id"), node.integers("cpus"), node.opt_integer("memory_bytes"))
+
 
 @dataclass(frozen=True)
 class PciDevice:
     address: str
     vendor_id: str
     device_id: str
+
+    @classmethod
+    def from_json(cls, data: object) -> PciDevice:
+        device = WireObject.wrap(data, "PCI device")
+        return cls(device.req_text("address"), device.text("vendor_id"), device.text("device_id"))
 
 
 @dataclass(frozen=True)
@@ -107,6 +118,13 @@ class NetInterface:
     name: str
     ipv4: tuple[str, ...]  # "10.1.2.3/24", in the order the kernel lists them
     up: bool
+
+    @classmethod
+    def from_json(cls, data: object) -> NetInterface:
+        interface = WireObject.wrap(data, "network interface")
+        # `up` came with the interfaces themselves; an entry without it is taken as up, as the fleet doctor always
+        # read such entries.
+        return cls(interface.req_text("name"), interface.texts("ipv4"), interface.flag("up", True))
 
 
 def _ipv4_with_prefix(address: str, netmask: str | None) -> str | None:
@@ -187,6 +205,30 @@ class HostFacts:
     @property
     def missing_control_nodes(self) -> tuple[str, ...]:
         return tuple(n for n in CONTROL_DEVICE_NODES if n not in self.device_nodes)
+
+    @classmethod
+    def from_json(cls, data: object) -> HostFacts:
+        """The node model's `host` (npuops/hardware/node.py writes it); `davinci_chips` and `allowed_cpu_count` there
+        are derived, so they are not read back. A sender older than the interfaces gives none."""
+        host = WireObject.wrap(data, "host facts")
+        return cls(
+            hostname=host.opt_text("hostname"),
+            cpu_model=host.opt_text("cpu_model"),
+            cpu_count=host.integer("cpu_count"),
+            numa_nodes=tuple(NumaNode.from_json(n) for n in host.objects("numa_nodes")),
+            allowed_cpus=host.integers("allowed_cpus"),
+            memory_total_bytes=host.opt_integer("memory_total_bytes"),
+            memory_available_bytes=host.opt_integer("memory_available_bytes"),
+            shm_total_bytes=host.opt_integer("shm_total_bytes"),
+            shm_free_bytes=host.opt_integer("shm_free_bytes"),
+            os_name=host.opt_text("os_name"),
+            os_version=host.opt_text("os_version"),
+            kernel=host.opt_text("kernel"),
+            arch=host.text("arch"),
+            device_nodes=host.texts("device_nodes"),
+            npu_pci_devices=tuple(PciDevice.from_json(d) for d in host.objects("npu_pci_devices")),
+            interfaces=tuple(NetInterface.from_json(i) for i in host.objects("interfaces")),
+        )
 
 
 def _read_cpu_list(probe: Probe, path: str) -> tuple[int, ...] | None:

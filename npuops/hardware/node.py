@@ -29,6 +29,7 @@ from npuops.hardware.versions import (
     parse_version_cfg,
 )
 from npuops.parsing import ParseError
+from npuops.wire import WireObject
 
 INSTALL_INFO = "/etc/ascend_install.info"
 DRIVER_REMEDIATION = (
@@ -36,6 +37,11 @@ DRIVER_REMEDIATION = (
     "or in a container mount /dev/davinci*, /dev/davinci_manager, /dev/devmm_svm, /dev/hisi_hdc, "
     "/usr/local/sbin/npu-smi and /usr/local/Ascend/driver"
 )
+# The errors of an npu-smi that did not run at all (every other status comes from running it).
+NPU_SMI_MISSING = "npu-smi-missing"
+NPU_SMI_NOT_RUN = "npu-smi-not-run"
+# What a node model is called in errors about one that is not.
+NODE_MODEL = "node model"
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,24 @@ class NpuSmiStatus:
         if self.error_code is not None:
             error = {"code": self.error_code, "message": self.error_message or "",
                      "remediation": self.remediation or ""}
-        return {"version": self.tool_version, "driver_version": self.driver_version, "error": error}
+        return {"version": self.tool_version, "driver_version": self.driver_version, "error": error,
+                "elided": self.elided}
+
+    @classmethod
+    def from_json(cls, data: object) -> NpuSmiStatus:
+        smi = WireObject.wrap(data, NODE_MODEL)
+        error = smi.opt_obj("error")
+        code = error.req_text("code") if error is not None else None
+        return cls(
+            # Not in the JSON: npu-smi ran unless it was missing or could not be started.
+            ran=code not in (NPU_SMI_MISSING, NPU_SMI_NOT_RUN),
+            tool_version=smi.opt_text("version"),
+            driver_version=smi.opt_text("driver_version"),
+            error_code=code,
+            error_message=error.text("message") if error is not None else None,
+            remediation=error.text("remediation") if error is not None else None,
+            elided=smi.flag("elided"),
+        )
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,14 @@ class Chip:
             "nic_ip": self.nic_ip,
         }
 
+    @classmethod
+    def from_json(cls, data: object) -> Chip:
+        """A chip of the node model; its catalog facts (family) and device id are worked out again from the npu-smi
+        columns, as on the node itself."""
+        chip = WireObject.wrap(data, NODE_MODEL)
+        smi = NpuSmiChip.from_json(chip)
+        return cls(smi, chip_by_name(smi.name), chip.opt_text("nic_ip"))
+
 
 @dataclass(frozen=True)
 class InstalledComponent:
@@ -127,6 +158,14 @@ class InstalledComponent:
 
     def to_json(self) -> dict[str, Any]:
         return {"installed": self.installed, "version": self.version, "path": self.path, **self.details}
+
+    @classmethod
+    def from_json(cls, data: object, *, not_details: tuple[str, ...] = ()) -> InstalledComponent:
+        """Every key but installed, version, path (and `not_details`, keys its container adds) is a detail."""
+        component = WireObject.wrap(data, NODE_MODEL)
+        own = ("installed", "version", "path", *not_details)
+        return cls(component.flag("installed"), component.opt_text("version"), component.opt_text("path"),
+                   {k: v for k, v in component.data.items() if k not in own})
 
 
 @dataclass(frozen=True)
@@ -150,6 +189,19 @@ class CannInstall:
             "set_env_scripts": list(self.set_env_scripts),
         }
 
+    @classmethod
+    def from_json(cls, data: object) -> CannInstall:
+        """The node model's `cann`; its top-level installed and version are the toolkit's."""
+        cann = WireObject.wrap(data, NODE_MODEL)
+        return cls(
+            toolkit=InstalledComponent.from_json(cann.obj("toolkit")),
+            layout=cann.opt_text("layout"),
+            kernels=InstalledComponent.from_json(cann.obj("kernels")),
+            nnal=InstalledComponent.from_json(cann.obj("nnal")),
+            toolbox=InstalledComponent.from_json(cann.obj("toolbox")),
+            set_env_scripts=cann.texts("set_env_scripts"),
+        )
+
 
 @dataclass(frozen=True)
 class Node:
@@ -170,7 +222,7 @@ class Node:
     def no_npu_reasons(self) -> list[str]:
         """Why this node shows no usable NPU, in the order an operator would look."""
         reasons: list[str] = []
-        if self.npu_smi.error_code == "npu-smi-missing":
+        if self.npu_smi.error_code == NPU_SMI_MISSING:
             reasons.append("no `npu-smi` on PATH")
         elif self.npu_smi.error_code is not None:
             reasons.append(f"`npu-smi info` failed: {self.npu_smi.error_message}")
@@ -194,7 +246,8 @@ class Node:
             "npu": {"found": self.has_npus, "reasons": [] if self.has_npus else self.no_npu_reasons()},
             "chips": [c.to_json() for c in self.chips],
             "processes": [
-                {"npu_id": p.npu_id, "chip_id": p.chip_id, "pid": p.pid, "name": p.name, "memory_mb": p.memory_mb}
+                {"npu_id": p.npu_id, "chip_id": p.chip_id, "pid": p.pid, "name": p.name, "memory_mb": p.memory_mb,
+                 "container_pid": p.container_pid}
                 for p in self.processes
             ],
             "driver": {**self.driver.to_json(), "install_path": self.driver_install_path},
@@ -209,6 +262,27 @@ class Node:
             },
             "host": _host_json(self.host),
         }
+
+    @classmethod
+    def from_json(cls, data: object) -> Node:
+        """A node model as `npuops node --json` prints it, here or on another host. Keys an older npuops did not send
+        (a chip's device_id and nic_ip, the host's interfaces, ...) take their defaults; `npu` is derived, so it is
+        only required, as one of the two keys that tell a node model from other JSON. Anything else is a
+        WireFormatError naming the key."""
+        node = WireObject.wrap(data, NODE_MODEL)
+        node.require("npu", "host")
+        driver = node.obj("driver")
+        return cls(
+            npu_smi=NpuSmiStatus.from_json(node.obj("npu_smi")),
+            chips=tuple(Chip.from_json(c) for c in node.objects("chips")),
+            processes=tuple(NpuSmiProcess.from_json(p) for p in node.objects("processes")),
+            driver=InstalledComponent.from_json(driver, not_details=("install_path",)),
+            firmware=InstalledComponent.from_json(node.obj("firmware")),
+            driver_install_path=driver.opt_text("install_path"),
+            cann=CannInstall.from_json(node.obj("cann")),
+            python_stack=PythonStack.from_json(node.obj("python_stack")),
+            host=HostFacts.from_json(node.obj("host")),
+        )
 
 
 def _host_json(host: HostFacts) -> dict[str, Any]:
@@ -232,13 +306,13 @@ def interpret_npu_smi(result: CommandResult) -> tuple[NpuSmiStatus, tuple[Chip, 
     """Turn the result of `npu-smi info` into a status, chips and processes. Pure."""
     if result.missing:
         return (
-            NpuSmiStatus(False, error_code="npu-smi-missing", error_message="npu-smi not found on PATH",
+            NpuSmiStatus(False, error_code=NPU_SMI_MISSING, error_message="npu-smi not found on PATH",
                          remediation=DRIVER_REMEDIATION),
             (), (),
         )
     if result.error is not None:
         return (
-            NpuSmiStatus(False, error_code="npu-smi-not-run", error_message=result.describe(),
+            NpuSmiStatus(False, error_code=NPU_SMI_NOT_RUN, error_message=result.describe(),
                          remediation="check that npu-smi is executable and the driver responds "
                                      "(`dmesg | grep -i davinci`)"),
             (), (),

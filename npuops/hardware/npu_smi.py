@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from npuops.datafiles import load_data_toml
 from npuops.parsing import ParseError
+from npuops.wire import WireObject
 
 __all__ = [
     "NpuSmiChip",
@@ -49,6 +50,28 @@ class NpuSmiChip:
     hbm_used_mb: int | None
     hbm_total_mb: int | None
 
+    @classmethod
+    def from_json(cls, data: object) -> NpuSmiChip:
+        """The chip's columns from its entry in the node model's `chips` (npuops/hardware/node.py writes them)."""
+        chip = WireObject.wrap(data, "npu-smi chip")
+        return cls(
+            npu_id=chip.req_integer("npu_id"),
+            chip_id=chip.req_integer("chip_id"),
+            logical_id=chip.opt_integer("logical_id"),
+            name=chip.text("name"),
+            health=chip.text("health"),
+            bus_id=chip.text("bus_id"),
+            power_w=chip.opt_number("power_w"),
+            temperature_c=chip.opt_number("temperature_c"),
+            hugepages_used=chip.opt_integer("hugepages_used"),
+            hugepages_total=chip.opt_integer("hugepages_total"),
+            aicore_percent=chip.opt_number("aicore_percent"),
+            memory_used_mb=chip.opt_integer("memory_used_mb"),
+            memory_total_mb=chip.opt_integer("memory_total_mb"),
+            hbm_used_mb=chip.opt_integer("hbm_used_mb"),
+            hbm_total_mb=chip.opt_integer("hbm_total_mb"),
+        )
+
 
 @dataclass(frozen=True)
 class NpuSmiProcess:
@@ -58,6 +81,13 @@ class NpuSmiProcess:
     name: str
     memory_mb: int
     container_pid: int | None
+
+    @classmethod
+    def from_json(cls, data: object) -> NpuSmiProcess:
+        process = WireObject.wrap(data, "npu-smi process")
+        return cls(npu_id=process.req_integer("npu_id"), chip_id=process.opt_integer("chip_id"),
+                   pid=process.req_integer("pid"), name=process.text("name"),
+                   memory_mb=process.integer("memory_mb"), container_pid=process.opt_integer("container_pid"))
 
 
 @dataclass(frozen=True)

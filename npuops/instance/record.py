@@ -10,6 +10,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 from npuops import __version__
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError, ConfigError
+from npuops.instance.state import SupervisorState
+from npuops.wire import WireFormatError, WireObject
 
 # The files of one instance and their modes: the env file may hold an API key.
 CONFIG_FILE = "vllm.yaml"
@@ -48,6 +51,78 @@ ROLE_ENGINE = "engine"
 ROLE_HEADLESS = "headless"
 ROLE_RAY_WORKER = "ray-worker"
 ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER)
+STRATEGY_RAY = "ray"
+STRATEGY_DP = "dp"
+_MEMBERSHIP = "cluster membership"
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One host of a multi-node instance: its inventory name, the address the cluster traffic uses, its role."""
+
+    name: str
+    address: str
+    role: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "role": self.role}
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterNode:
+        node = WireObject.wrap(data, _MEMBERSHIP)
+        return cls(node.req_text("name"), node.req_text("address"), node.text("role"))
+
+
+@dataclass(frozen=True)
+class ClusterMembership:
+    """This host's part of a multi-node instance (npuops.launch.multinode renders one per host): the group, the
+    strategy, this host's rank and role, every host of the group, and under Ray where its cluster is."""
+
+    group: str
+    strategy: str  # "ray" or "dp"
+    rank: int
+    role: str  # head | worker (ray); leader | follower (dp)
+    nodes: tuple[ClusterNode, ...]
+    endpoint_host: str  # the host that serves the API (the first)
+    expected_nodes: int = 0
+    # Ray only: the host's Ray node unit, the head's address, the `ray` executable the units run, the resources each
+    # node advertises, the authentication ("token" or "none") and the 0600 file that holds the token.
+    ray_unit: str | None = None
+    ray_address: str | None = None
+    ray_command: tuple[str, ...] = ()
+    ray_resources: Mapping[str, float] = field(default_factory=dict)
+    ray_auth: str | None = None
+    ray_env_file: str | None = None
+
+    @property
+    def is_ray(self) -> bool:
+        return self.strategy == STRATEGY_RAY
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's `cluster` object; the Ray keys only under Ray."""
+        data: dict[str, Any] = {"group": self.group, "strategy": self.strategy,
+                                "nodes": [n.to_json() for n in self.nodes], "expected_nodes": self.expected_nodes,
+                                "endpoint_host": self.endpoint_host}
+        if self.is_ray:
+            data.update(ray_unit=self.ray_unit, ray_address=self.ray_address, ray_command=list(self.ray_command),
+                        ray_resources=dict(self.ray_resources), ray_auth=self.ray_auth, ray_env_file=self.ray_env_file)
+        data.update(rank=self.rank, role=self.role)
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterMembership:
+        """A record's `cluster` object; only the strategy is required (the keys an older npuops did not write, such
+        as the Ray authentication, take their defaults)."""
+        cluster = WireObject.wrap(data, _MEMBERSHIP)
+        nodes = tuple(ClusterNode.from_json(n) for n in cluster.objects("nodes"))
+        return cls(
+            group=cluster.text("group"), strategy=cluster.req_text("strategy"), rank=cluster.integer("rank"),
+            role=cluster.text("role"), nodes=nodes, endpoint_host=cluster.text("endpoint_host"),
+            expected_nodes=cluster.integer("expected_nodes", len(nodes)),
+            ray_unit=cluster.opt_text("ray_unit"), ray_address=cluster.opt_text("ray_address"),
+            ray_command=cluster.texts("ray_command"), ray_resources=cluster.number_map("ray_resources"),
+            ray_auth=cluster.opt_text("ray_auth"), ray_env_file=cluster.opt_text("ray_env_file"),
+        )
 
 
 @dataclass(frozen=True)
@@ -74,9 +149,8 @@ class InstanceRecord:
     dtype: str = ""  # the dtype the engine serves in (the plan's)
     prediction: dict[str, Any] = field(default_factory=dict)
     role: str = ROLE_ENGINE
-    # Multi-node instances: {"group", "strategy", "rank", "nodes": [{"name", "address", "role"}...],
-    # "ray_unit", "ray_address", "ray_command", "expected_nodes"}; empty for a single-node instance.
-    cluster: dict[str, Any] = field(default_factory=dict)
+    # This host's part of a multi-node instance; None for a single-node one (`"cluster": {}` in the file).
+    cluster: ClusterMembership | None = None
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -107,8 +181,12 @@ class InstanceRecord:
 
     @property
     def ray_unit(self) -> str | None:
-        unit = self.cluster.get("ray_unit")
-        return str(unit) if unit else None
+        return (self.cluster.ray_unit or None) if self.cluster is not None else None
+
+    @property
+    def ray_cluster(self) -> ClusterMembership | None:
+        """The membership of a Ray instance (None for a single-node or data-parallel one)."""
+        return self.cluster if self.cluster is not None and self.cluster.is_ray else None
 
     @property
     def units(self) -> list[str]:
@@ -126,6 +204,7 @@ class InstanceRecord:
         data = asdict(self)
         data["devices"] = list(self.devices)
         data["vllm_command"] = list(self.vllm_command)
+        data["cluster"] = self.cluster.to_json() if self.cluster is not None else {}
         return data
 
     @classmethod
@@ -141,9 +220,14 @@ class InstanceRecord:
             values["port"] = int(values["port"])
             if values.get("role", ROLE_ENGINE) not in ROLES:
                 raise ValueError(f"role {values['role']!r} is not one of {', '.join(ROLES)}")
-            if not isinstance(values.get("cluster", {}), dict):
+            cluster = values.get("cluster", {})
+            if not isinstance(cluster, dict):
                 raise TypeError("cluster must be an object")
+            values["cluster"] = ClusterMembership.from_json(cluster) if cluster else None
             return cls(**values)
+        except WireFormatError as exc:
+            raise ConfigError(f"{where} is not an npuops instance record ({exc.reason})",
+                              "re-create it with `npuops launch`") from None
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where} is not an npuops instance record ({exc})",
                               "re-create it with `npuops launch`") from None
@@ -197,15 +281,20 @@ def list_records(state_dir: Path) -> list[InstanceRecord]:
     return records
 
 
-def write_status(record: InstanceRecord, document: dict[str, Any]) -> None:
-    """The supervisor's state for `npuops status` (also written by the start gate when it refuses)."""
-    write_text_atomic(Path(record.status_file), json.dumps(document, indent=2) + "\n", mode=0o644)
+def write_status(record: InstanceRecord, state: SupervisorState) -> None:
+    """The supervisor's state for `npuops status` (also written by the start gate when it refuses, and by a
+    foreground launch before its gate)."""
+    write_text_atomic(Path(record.status_file), json.dumps(state.to_json(), indent=2) + "\n", mode=0o644)
 
 
-def read_status(record: InstanceRecord) -> dict[str, Any] | None:
-    """The supervisor's last written state, or None when it never ran (or the file is unreadable)."""
+def read_status(record: InstanceRecord) -> SupervisorState | None:
+    """The supervisor's last written state, or None when it never ran (or the file is unreadable or not a
+    supervisor's state)."""
     try:
         data = json.loads(Path(record.status_file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    try:
+        return SupervisorState.from_json(data)
+    except WireFormatError:
+        return None

@@ -1,27 +1,130 @@
 """What `npuops status` and `npuops list` report about an instance: the unit's state, the supervisor's stage and
-last diagnosis, /health, uptime, and the live figures from /metrics."""
+last diagnosis, /health, uptime, and the live figures from /metrics. One `InstanceStatus`, which is also what
+`npuops status NAME --json` prints; the group commands read every host's answer back with `InstanceStatus.from_json`
+(an older npuops there may leave keys out)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from npuops.httpclient import base_url, http_request
 from npuops.instance.control import pid_alive
 from npuops.instance.endpoint import health_ok
-from npuops.instance.manager import SystemdManager
+from npuops.instance.manager import SystemdManager, UnitState
 from npuops.instance.metrics import engine_figures, parse_prometheus
-from npuops.instance.ray import describe_ray_state, probe_ray_cluster
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, read_status
+from npuops.instance.ray import RayState, probe_ray_cluster
+from npuops.instance.record import MANAGER_SYSTEMD, ClusterNode, InstanceRecord, read_status
+from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
+from npuops.wire import WireObject
+
+INSTANCE_STATUS = "instance status"
 
 
-def summarize(record: InstanceRecord, unit: dict[str, Any] | None, supervisor: dict[str, Any] | None,
+def unit_state_from_json(data: object) -> UnitState:
+    """A unit's state as UnitState.to_json writes it (inside another host's `npuops status --json`)."""
+    unit = WireObject.wrap(data, INSTANCE_STATUS)
+    return UnitState(active_state=unit.text("active_state", "unknown"), sub_state=unit.text("sub_state"),
+                     main_pid=unit.opt_integer("main_pid"), since=unit.text("since"),
+                     restarts=unit.opt_integer("restarts"), result=unit.text("result"), enabled=unit.text("enabled"),
+                     loaded=unit.text("loaded"))
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """This host's part of a multi-node instance and, under Ray, which hosts' nodes are alive."""
+
+    group: str
+    strategy: str
+    rank: int
+    role: str
+    endpoint_host: str
+    nodes: tuple[ClusterNode, ...] = ()
+    ray: RayState | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"group": self.group, "strategy": self.strategy, "rank": self.rank, "role": self.role,
+                                "endpoint_host": self.endpoint_host, "nodes": [n.to_json() for n in self.nodes]}
+        if self.ray is not None:
+            data["ray"] = self.ray.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterStatus:
+        cluster = WireObject.wrap(data, INSTANCE_STATUS)
+        ray = cluster.opt_obj("ray")
+        return cls(cluster.text("group"), cluster.text("strategy"), cluster.integer("rank"), cluster.text("role"),
+                   cluster.text("endpoint_host"), tuple(ClusterNode.from_json(n) for n in cluster.objects("nodes")),
+                   RayState.from_json(ray) if ray is not None else None)
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    """One instance's status on this host (`npuops status NAME --json` prints `instances: [to_json()]`)."""
+
+    name: str
+    state: str  # healthy, starting (STAGE), unhealthy, stopping, stopped, failed
+    healthy: bool
+    manager: str = ""
+    unit: str | None = None
+    url: str = ""
+    model: str = ""
+    devices: tuple[int, ...] = ()
+    unit_state: UnitState | None = None
+    stage: str | None = None  # the supervisor's (a newer npuops elsewhere may know more stages than this one)
+    uptime_s: float | None = None
+    metrics: Mapping[str, Any] | None = None  # the live figures from /metrics (npuops.instance.endpoint)
+    diagnosis: Diagnosis | None = None
+    exit: SupervisorExit | None = None  # its summary: code, reason, engine status, time (the diagnosis is apart)
+    cluster: ClusterStatus | None = None
+    role: str | None = None  # with a cluster: engine, headless, ray-worker
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name, "manager": self.manager, "unit": self.unit, "url": self.url, "model": self.model,
+            "devices": list(self.devices), "healthy": self.healthy,
+            "unit_state": self.unit_state.to_json() if self.unit_state is not None else None,
+            "stage": self.stage, "uptime_s": self.uptime_s,
+            "metrics": dict(self.metrics) if self.metrics is not None else None,
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis is not None else None,
+            "exit": self.exit.summary_json() if self.exit is not None else None,
+        }
+        if self.cluster is not None:
+            data["cluster"] = self.cluster.to_json()
+            data["role"] = self.role
+        data["state"] = self.state
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> InstanceStatus:
+        """One entry of `npuops status --json`'s instances, from this npuops or an older one; name and state are
+        required (they tell a status from other JSON), every other key takes its default when missing."""
+        status = WireObject.wrap(data, INSTANCE_STATUS)
+        unit, metrics, cluster = status.opt_obj("unit_state"), status.opt_obj("metrics"), status.opt_obj("cluster")
+        diagnosis, done = status.opt_obj("diagnosis"), status.opt_obj("exit")
+        return cls(
+            name=status.req_text("name"), state=status.req_text("state"), healthy=status.flag("healthy"),
+            manager=status.text("manager"), unit=status.opt_text("unit"), url=status.text("url"),
+            model=status.text("model"), devices=status.integers("devices"),
+            unit_state=unit_state_from_json(unit) if unit is not None else None,
+            stage=status.opt_text("stage"), uptime_s=status.opt_number("uptime_s"),
+            metrics=dict(metrics.data) if metrics is not None else None,
+            diagnosis=Diagnosis.from_json(diagnosis) if diagnosis is not None else None,
+            exit=SupervisorExit.from_json(done) if done is not None else None,
+            cluster=ClusterStatus.from_json(cluster) if cluster is not None else None,
+            role=status.opt_text("role"),
+        )
+
+
+def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: SupervisorState | None,
               healthy: bool) -> str:
     """One word (and a reason) for the instance: healthy, starting, unhealthy, failed, stopped. Pure."""
-    exit_info = (supervisor or {}).get("exit")
-    stage = (supervisor or {}).get("stage")
+    exit_info = supervisor.exit if supervisor is not None else None
+    stage = supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None
     if unit is not None:
-        active = unit.get("active_state")
+        active = unit.active_state
         if active == "active" and healthy:
             return "healthy"
         if active == "activating":
@@ -32,9 +135,9 @@ def summarize(record: InstanceRecord, unit: dict[str, Any] | None, supervisor: d
             return "failed"
         if active == "deactivating":
             return "stopping"
-        return "stopped" if not exit_info or exit_info.get("reason") == "stopped" else "failed"
+        return "stopped" if exit_info is None or not exit_info.failed else "failed"
     # Foreground: the supervisor's own status file and whether it still runs.
-    alive = supervisor is not None and not exit_info and pid_alive(supervisor.get("supervisor_pid"))
+    alive = supervisor is not None and exit_info is None and pid_alive(supervisor.supervisor_pid)
     if alive and healthy:
         return "healthy"
     if alive:
@@ -43,42 +146,29 @@ def summarize(record: InstanceRecord, unit: dict[str, Any] | None, supervisor: d
         if stage in ("healthy", "unhealthy"):
             return "unhealthy"
         return f"starting ({stage})"
-    if exit_info and exit_info.get("reason") != "stopped":
+    if exit_info is not None and exit_info.failed:
         return "failed"
     return "stopped"
 
 
 def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, metrics_interval_s: float = 1.0,
-                    ) -> dict[str, Any]:
+                    ) -> InstanceStatus:
     url = base_url(record.host, record.port)
     unit = None
     if record.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
-        unit = manager.state(record.unit).to_json()
+        unit = manager.state(record.unit)
     supervisor = read_status(record)
     if record.serves_api:
         healthy = health_ok(url, timeout=3.0)
     else:
         # A Ray worker or a headless engine answers no HTTP: its unit running (and, for an engine, its
         # supervisor seeing the process) is its health; the group's health is the first host's endpoint.
-        healthy = unit is not None and unit.get("active_state") == "active"
-    status: dict[str, Any] = {
-        "name": record.name, "manager": record.manager, "unit": record.unit if record.manager == MANAGER_SYSTEMD
-        else None, "url": url, "model": record.served_model_name, "devices": list(record.devices),
-        "healthy": healthy, "unit_state": unit,
-        "stage": (supervisor or {}).get("stage"),
-        "uptime_s": None, "metrics": None, "diagnosis": None, "exit": None,
-    }
-    if supervisor is not None:
-        exit_info = supervisor.get("exit")
-        if exit_info:
-            status["exit"] = {k: exit_info.get(k) for k in ("code", "reason", "engine_returncode", "at")}
-            status["diagnosis"] = exit_info.get("diagnosis")
-        healthy_at = supervisor.get("healthy_at")
-        if healthy and isinstance(healthy_at, (int, float)) and not exit_info:
-            status["uptime_s"] = round(time.time() - healthy_at, 1)
-    if record.cluster:
-        status["cluster"] = cluster_status(record)
-        status["role"] = record.role
+        healthy = unit is not None and unit.active_state == "active"
+    done = supervisor.exit if supervisor is not None else None
+    uptime = None
+    if healthy and supervisor is not None and supervisor.healthy_at is not None and done is None:
+        uptime = round(time.time() - supervisor.healthy_at, 1)
+    metrics = None
     if healthy and record.serves_api:
         first = http_request(url + "/metrics", timeout=5.0)
         if first is not None and first[0] == 200:
@@ -87,19 +177,27 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
             second = http_request(url + "/metrics", timeout=5.0)
             if second is not None and second[0] == 200:
                 now = parse_prometheus(second[1].decode("utf-8", "replace"))
-                status["metrics"] = engine_figures(now, before, metrics_interval_s)
-    status["state"] = summarize(record, unit, supervisor, healthy)
-    return status
+                metrics = engine_figures(now, before, metrics_interval_s)
+    return InstanceStatus(
+        name=record.name, state=summarize(record, unit, supervisor, healthy), healthy=healthy,
+        manager=record.manager, unit=record.unit if record.manager == MANAGER_SYSTEMD else None, url=url,
+        model=record.served_model_name, devices=record.devices, unit_state=unit,
+        stage=supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None,
+        uptime_s=uptime, metrics=metrics, diagnosis=done.diagnosis if done is not None else None,
+        # The exit as status shows it: its summary (the diagnosis is a field of its own, the log tail stays home).
+        exit=replace(done, diagnosis=None, log_tail=(), blocking=()) if done is not None else None,
+        cluster=cluster_status(record), role=record.role if record.cluster is not None else None,
+    )
 
 
-def cluster_status(record: InstanceRecord) -> dict[str, Any]:
+def cluster_status(record: InstanceRecord) -> ClusterStatus | None:
     """This host's part of a multi-node instance and, under Ray, which hosts' nodes are alive."""
     cluster = record.cluster
-    out: dict[str, Any] = {key: cluster.get(key) for key in ("group", "strategy", "rank", "role", "endpoint_host")}
-    out["nodes"] = [dict(n) for n in cluster.get("nodes") or []]
-    if cluster.get("strategy") == "ray":
-        out["ray"] = probe_ray_cluster(cluster)
-    return out
+    if cluster is None:
+        return None
+    ray = probe_ray_cluster(cluster) if cluster.is_ray else None
+    return ClusterStatus(cluster.group, cluster.strategy, cluster.rank, cluster.role, cluster.endpoint_host,
+                         cluster.nodes, ray)
 
 
 def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str:
@@ -108,22 +206,22 @@ def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str
     return f"{value * scale:.{digits}f}{unit}"
 
 
-def render_status_text(status: dict[str, Any]) -> str:
-    lines = [f"{status['name']}: {status['state']}  ({status['model']} on {status['url']})"]
-    unit = status.get("unit_state")
+def render_status_text(status: InstanceStatus) -> str:
+    lines = [f"{status.name}: {status.state}  ({status.model} on {status.url})"]
+    unit = status.unit_state
     if unit:
-        restarts = f", {unit['restarts']} restart(s)" if unit.get("restarts") else ""
-        lines.append(f"  unit      {status['unit']}: {unit['active_state']}/{unit['sub_state']}"
-                     f"{', since ' + unit['since'] if unit.get('since') else ''}{restarts}")
-    elif status["manager"] != MANAGER_SYSTEMD:
+        restarts = f", {unit.restarts} restart(s)" if unit.restarts else ""
+        lines.append(f"  unit      {status.unit}: {unit.active_state}/{unit.sub_state}"
+                     f"{', since ' + unit.since if unit.since else ''}{restarts}")
+    elif status.manager != MANAGER_SYSTEMD:
         lines.append("  manager   foreground supervisor (no unit)")
-    if status.get("stage"):
-        lines.append(f"  stage     {status['stage']}")
-    if status.get("uptime_s") is not None:
-        lines.append(f"  uptime    {status['uptime_s']:.0f} s")
-    if status.get("devices"):
-        lines.append(f"  devices   {','.join(map(str, status['devices']))}")
-    metrics = status.get("metrics")
+    if status.stage:
+        lines.append(f"  stage     {status.stage}")
+    if status.uptime_s is not None:
+        lines.append(f"  uptime    {status.uptime_s:.0f} s")
+    if status.devices:
+        lines.append(f"  devices   {','.join(map(str, status.devices))}")
+    metrics = status.metrics
     if metrics:
         lines.append(f"  requests  {_fmt(metrics['requests_running'], digits=0)} running, "
                      f"{_fmt(metrics['requests_waiting'], digits=0)} waiting")
@@ -137,19 +235,18 @@ def render_status_text(status: dict[str, Any]) -> str:
             q = metrics[key]
             lines.append(f"  {label:<9} p50 {_fmt(q['p50'], 1000, ' ms')}, p90 {_fmt(q['p90'], 1000, ' ms')}, "
                          f"p99 {_fmt(q['p99'], 1000, ' ms')}")
-    cluster = status.get("cluster")
+    cluster = status.cluster
     if cluster:
-        lines.append(f"  cluster   {cluster['strategy']} group {cluster['group']}: this host is {cluster['role']} "
-                     f"(rank {cluster['rank']}), endpoint on {cluster['endpoint_host']}")
-        ray = cluster.get("ray")
-        if ray:
-            lines.append(f"  ray       {describe_ray_state(ray)}")
-    diagnosis = status.get("diagnosis")
+        lines.append(f"  cluster   {cluster.strategy} group {cluster.group}: this host is {cluster.role} "
+                     f"(rank {cluster.rank}), endpoint on {cluster.endpoint_host}")
+        if cluster.ray:
+            lines.append(f"  ray       {cluster.ray.describe()}")
+    diagnosis = status.diagnosis
     if diagnosis:
-        exit_info = status.get("exit") or {}
-        lines.append(f"  last exit {exit_info.get('reason')} (status {exit_info.get('code')})")
-        lines.append(f"  diagnosis [{diagnosis['id']}] {diagnosis['cause']}")
-        if diagnosis.get("line"):
-            lines.append(f"  seen      {diagnosis['line']}")
-        lines.append(f"  fix       {diagnosis['fix']}")
+        done = status.exit
+        lines.append(f"  last exit {done.reason if done else None} (status {done.code if done else None})")
+        lines.append(f"  diagnosis [{diagnosis.id}] {diagnosis.cause}")
+        if diagnosis.line:
+            lines.append(f"  seen      {diagnosis.line}")
+        lines.append(f"  fix       {diagnosis.fix}")
     return "\n".join(lines)

@@ -23,10 +23,12 @@ from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
-from npuops.instance.ray import describe_ray_state
+from npuops.hardware.node import Node
+from npuops.instance.status import InstanceStatus
 from npuops.launch.instance_files import LaunchSpec
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
 from npuops.plan.result import Plan
+from npuops.wire import WireFormatError
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
 # Inventory variables a host may set to override what npuops works out from its node model.
@@ -36,17 +38,17 @@ IFNAME_VAR = "npuops_serving_ifname"
 ASCEND_ENV_FILE = Path("/etc/npuops/ascend.env")
 
 
-def choose_serving_interface(host: InventoryHost, node: Mapping[str, Any]) -> ClusterHost:
+def choose_serving_interface(host: InventoryHost, node: Node) -> ClusterHost:
     """The address and interface a host's cluster traffic uses: the inventory's override, else the interface that
     holds the host's inventory address. Pure."""
-    interfaces = [i for i in (node.get("host") or {}).get("interfaces") or [] if isinstance(i, Mapping)]
+    interfaces = node.host.interfaces
     address = str(host.vars.get(ADDRESS_VAR) or host.address)
     ifname = host.vars.get(IFNAME_VAR)
     try:
         ipaddress.IPv4Address(address)
     except ValueError:
         # A DNS name in the inventory: take the first address of the named interface, or of the only one that has one.
-        candidates = [i for i in interfaces if i.get("ipv4") and (ifname is None or i.get("name") == ifname)]
+        candidates = [i for i in interfaces if i.ipv4 and (ifname is None or i.name == ifname)]
         if ifname is None and len(candidates) != 1:
             raise BadInputError(
                 f"host {host.name}: cannot tell which address HCCL and Ray should use ({address} is a name and the "
@@ -55,32 +57,29 @@ def choose_serving_interface(host: InventoryHost, node: Mapping[str, Any]) -> Cl
         if not candidates:
             raise BadInputError(f"host {host.name}: interface {ifname} has no IPv4 address",
                                 f"set {ADDRESS_VAR} for {host.name}, or fix {IFNAME_VAR}") from None
-        address = str(candidates[0]["ipv4"][0]).split("/")[0]
-        ifname = str(candidates[0]["name"])
+        address = candidates[0].ipv4[0].split("/")[0]
+        ifname = candidates[0].name
     if ifname is None:
-        holders = [str(i.get("name")) for i in interfaces
-                   if any(str(a).split("/")[0] == address for a in i.get("ipv4") or [])]
+        holders = [i.name for i in interfaces if any(a.split("/")[0] == address for a in i.ipv4)]
         if not holders:
             raise BadInputError(
                 f"host {host.name}: no interface holds {address} (its interfaces: "
-                f"{', '.join(str(i.get('name')) for i in interfaces) or 'none reported'})",
+                f"{', '.join(i.name for i in interfaces) or 'none reported'})",
                 f"set {ADDRESS_VAR} and {IFNAME_VAR} for {host.name} in the inventory to the address and interface "
                 "the hosts reach each other on")
         ifname = holders[0]
     return ClusterHost(host.name, address, str(ifname))
 
 
-def check_same_hardware(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, int, int | None]:
+def check_same_hardware(nodes: Mapping[str, Node]) -> tuple[str, int, int | None]:
     """(chip name, chips per host, device memory MB) shared by every host, or an error naming the odd ones."""
     shapes: dict[str, tuple[str, int, int | None]] = {}
     for name, node in nodes.items():
-        chips = [c for c in node.get("chips") or [] if isinstance(c, Mapping)]
-        if not chips:
+        if not node.chips:
             shapes[name] = ("", 0, None)
             continue
-        first = chips[0]
-        memory = first.get("hbm_total_mb") or first.get("memory_total_mb")
-        shapes[name] = (str(first.get("name")), len(chips), int(memory) if memory else None)
+        first = node.chips[0]
+        shapes[name] = (first.smi.name, len(node.chips), first.device_memory_total_mb or None)
     distinct = {(s[0], s[1]) for s in shapes.values()}
     if len(distinct) > 1:
         listing = "; ".join(f"{n}: {s[1]} x {s[0] or 'no NPU'}" for n, s in shapes.items())
@@ -98,13 +97,14 @@ class GroupLaunch:
     plan: Plan
     parts: list[HostPart]
     run: PlaybookRun | None = None
-    endpoint_status: dict[str, Any] | None = None
+    # The first host's instance status (its `npuops status NAME --json`) at the end of the launch.
+    endpoint_status: InstanceStatus | None = None
     staging: Path | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        healthy = bool(self.endpoint_status and self.endpoint_status.get("healthy"))
+        healthy = self.endpoint_status is not None and self.endpoint_status.healthy
         return self.run is not None and self.run.ok and healthy
 
     def host_results(self) -> dict[str, dict[str, Any]]:
@@ -121,7 +121,8 @@ class GroupLaunch:
         return {
             "ok": self.ok, "name": self.name, "group": self.group,
             "strategy": cluster.strategy if cluster else None,
-            "hosts": self.host_results(), "endpoint": self.endpoint_status,
+            "hosts": self.host_results(),
+            "endpoint": self.endpoint_status.to_json() if self.endpoint_status is not None else None,
             "artifacts": str(self.run.artifacts) if self.run is not None else None,
             "notes": list(self.notes), "plan": self.plan.to_json(),
         }
@@ -129,7 +130,7 @@ class GroupLaunch:
 
 def resolve_group(inventory: Path, group: str, *, artifacts_dir: Path, forks: int,
                   on_event: Callable[[PlaybookEvent], None] | None = None
-                  ) -> tuple[list[InventoryHost], dict[str, Mapping[str, Any]]]:
+                  ) -> tuple[list[InventoryHost], dict[str, Node]]:
     """The group's hosts in order and each one's node model; an error naming every host that gave none."""
     from npuops.fleet.facts import collect_node_models
 
@@ -170,7 +171,7 @@ def stage_files(parts: Sequence[HostPart], staging: Path) -> dict[str, list[dict
 
 
 def network_peers(parts: Sequence[HostPart], hosts: Sequence[InventoryHost],
-                  nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+                  nodes: Mapping[str, Node]) -> dict[str, str]:
     """Each host's `npuops doctor --peers` JSON for the launch's network check: the fleet doctor's peers, but at the
     serving addresses (the ones HCCL and Gloo will use) and from each host's serving interface. Pure."""
     from npuops.fleet.doctor import build_peers
@@ -191,7 +192,7 @@ def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest:
         "npuops_group": group,
         "npuops_instance": name,
         "npuops_first_host": first.host.name,
-        "npuops_strategy": first.record.cluster.get("strategy"),
+        "npuops_strategy": first.record.cluster.strategy if first.record.cluster is not None else None,
         "npuops_files": dict(manifest),
         "npuops_units": {p.host.name: list(p.units) for p in parts},
         "npuops_engine_unit": first.record.unit,
@@ -201,7 +202,7 @@ def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest:
     }
 
 
-def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], nodes: Mapping[str, Mapping[str, Any]],
+def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], nodes: Mapping[str, Node],
                  *, group: str, ray_command: tuple[str, ...], unit_dir: Path,
                  ray_resources: Mapping[str, float] | None = None, ray_token: str | None = None) -> list[HostPart]:
     cluster_hosts = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
@@ -245,9 +246,12 @@ def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Pat
         shutil.rmtree(launch.staging, ignore_errors=True)
     launch.run = run
     first = run.hosts.get(launch.parts[0].host.name)
-    if first is not None:
-        status = first.data.get("npuops_status")
-        launch.endpoint_status = status if isinstance(status, dict) else None
+    status = first.data.get("npuops_status") if first is not None else None
+    try:
+        launch.endpoint_status = InstanceStatus.from_json(status) if status else None
+    except WireFormatError:
+        # Not a status (the playbook read an empty or foreign answer): the launch reports no endpoint.
+        launch.endpoint_status = None
     return launch
 
 
@@ -259,12 +263,11 @@ def render_group_text(launch: GroupLaunch) -> str:
         lines.append(f"  {name:<20} {host['role']:<9} {host['address']:<16} {', '.join(host['units'])}  "
                      f"{host['status']}{message}")
     endpoint = launch.endpoint_status
-    if endpoint:
-        lines.append(f"endpoint: {endpoint.get('url')} on {launch.parts[0].host.name}: {endpoint.get('state')}")
-        cluster = endpoint.get("cluster") or {}
-        ray = cluster.get("ray")
-        if ray:
-                lines.append(f"ray: {describe_ray_state(ray)}")
+    if endpoint is not None:
+        lines.append(f"endpoint: {endpoint.url} on {launch.parts[0].host.name}: {endpoint.state}")
+        ray = endpoint.cluster.ray if endpoint.cluster is not None else None
+        if ray is not None:
+            lines.append(f"ray: {ray.describe()}")
     for note in launch.notes:
         lines.append(f"note: {note}")
     if launch.run is not None:

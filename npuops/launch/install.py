@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.httpclient import base_url
@@ -16,7 +15,7 @@ from npuops.instance.control import port_taken
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import InstanceRecord, read_status
-from npuops.instance.state import Stage
+from npuops.instance.state import Stage, SupervisorState
 from npuops.launch.instance_files import InstanceFiles, write_instance_files
 
 _WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
@@ -89,7 +88,7 @@ class StartResult:
     healthy: bool
     seconds: float
     reason: str  # "healthy", "failed", "timeout"
-    status: dict[str, Any] | None
+    status: SupervisorState | None
 
 
 def follow_start(record: InstanceRecord, *, started_at: float, timeout_s: float,
@@ -101,24 +100,21 @@ def follow_start(record: InstanceRecord, *, started_at: float, timeout_s: float,
     A status file from an earlier run (written before `started_at`) is ignored.
     """
     url = base_url(record.host, record.port)
-    seen: set[str] = set()
-    status: dict[str, Any] | None = None
+    seen: set[tuple[Stage, float]] = set()
+    status: SupervisorState | None = None
     while True:
         elapsed = time.monotonic() - started_at
         current = read_status(record)
-        if current is not None and float(str(current.get("started_at", 0))) >= time.time() - elapsed - 5:
+        if current is not None and (current.started_at or 0) >= time.time() - elapsed - 5:
             status = current
-            stages = current.get("stages")
-            for entry in stages if isinstance(stages, list) else []:
-                key = f"{entry.get('stage')}@{entry.get('at')}"
-                if key not in seen:
-                    seen.add(key)
-                    if on_stage is not None and entry.get("stage") not in (Stage.EXITED.value,):
-                        on_stage(str(entry.get("stage")), str(entry.get("detail", "")),
-                                 float(entry.get("elapsed_s", elapsed)))
-            if current.get("exit"):
+            for entry in current.stages:
+                if (entry.stage, entry.at) not in seen:
+                    seen.add((entry.stage, entry.at))
+                    if on_stage is not None and entry.stage is not Stage.EXITED:
+                        on_stage(entry.stage.value, entry.detail, entry.elapsed_s)
+            if current.exit is not None:
                 return StartResult(False, elapsed, "failed", status)
-        if status is not None and status.get("stage") == Stage.HEALTHY.value and health_ok(url):
+        if status is not None and status.stage is Stage.HEALTHY and health_ok(url):
             return StartResult(True, elapsed, "healthy", status)
         if failed is not None and failed():
             return StartResult(False, elapsed, "failed", read_status(record) or status)

@@ -23,6 +23,7 @@ from npuops.instance.record import (
     ROLE_ENGINE,
     STATUS_FILE,
     UNIT_SUFFIX,
+    ClusterMembership,
     InstanceRecord,
     validate_instance_name,
 )
@@ -109,7 +110,7 @@ class InstanceExtras:
     server_changes: Mapping[str, Any] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # per-host: HCCL_IF_IP, *_SOCKET_IFNAME, RAY_ADDRESS
     role: str = ROLE_ENGINE
-    cluster: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterMembership | None = None
     requires_units: tuple[str, ...] = ()  # units the engine unit needs running first (the host's Ray node)
     env_files: tuple[Path, ...] = ()  # read before the instance's own env file (the host's CANN environment)
 
@@ -232,7 +233,7 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
         stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
-        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=dict(extras.cluster))
+        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=extras.cluster)
 
 
 def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:

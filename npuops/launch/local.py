@@ -8,7 +8,6 @@ stage, one when ready, one at exit), since it runs until stopped.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from npuops.instance.control import stop_foreground
 from npuops.instance.endpoint import Completion, first_completion
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
-from npuops.instance.state import Stage
+from npuops.instance.state import Stage, SupervisorState
 from npuops.launch.install import (
     check_ports_free,
     check_service_user,
@@ -94,18 +93,17 @@ def _summary(record: InstanceRecord, seconds: float, completion: Completion, api
     return lines
 
 
-def _failure_lines(status: Mapping[str, Any] | None, log_tail: Sequence[str]) -> list[str]:
+def _failure_lines(status: SupervisorState | None, log_tail: Sequence[str]) -> list[str]:
     lines = []
     if log_tail:
         lines.append(f"last {len(log_tail)} log line(s):")
         lines += [f"  | {line}" for line in log_tail]
-    exit_info = (status or {}).get("exit") or {}
-    diagnosis = exit_info.get("diagnosis")
+    diagnosis = status.exit.diagnosis if status is not None and status.exit is not None else None
     if diagnosis:
-        lines.append(f"diagnosis [{diagnosis['id']}]: {diagnosis['cause']}")
-        if diagnosis.get("line"):
-            lines.append(f"  seen: {diagnosis['line']}")
-        lines.append(f"  fix: {diagnosis['fix']}")
+        lines.append(f"diagnosis [{diagnosis.id}]: {diagnosis.cause}")
+        if diagnosis.line:
+            lines.append(f"  seen: {diagnosis.line}")
+        lines.append(f"  fix: {diagnosis.fix}")
     else:
         lines.append("diagnosis: no known failure signature in the log; read it above or with `npuops logs`")
     return lines
@@ -153,10 +151,7 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
     for note in notes:
         report.progress(f"note: {note}")
     # `npuops status` sees the instance starting from the first moment, not "stopped" while the gate runs.
-    write_status(record, (
-        {"name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "gate", "stages": [],
-         "started_at": time.time(), "healthy_at": None, "url": base_url(record.host, record.port),
-         "exit": None}))
+    write_status(record, SupervisorState.gate(record.name, base_url(record.host, record.port)))
     gate = run_gate(record, settings)
     report.progress(render_gate_text(gate, record.name))
     report.event(event="gate", **gate.to_json())
@@ -291,6 +286,7 @@ def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter
         report.progress(start_output.strip())
     for line in _failure_lines(result.status, tail):
         report.progress(line)
-    exit_info = (result.status or {}).get("exit") or {}
-    entry.update(ok=False, reason=result.reason, diagnosis=exit_info.get("diagnosis"), log_tail=tail)
+    done = result.status.exit if result.status is not None else None
+    diagnosis = done.diagnosis if done is not None else None
+    entry.update(ok=False, reason=result.reason, diagnosis=diagnosis.to_json() if diagnosis else None, log_tail=tail)
     return entry

@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
-from npuops.instance.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
+from npuops.instance.record import (
+    RECORD_FILE,
+    ROLE_ENGINE,
+    ROLE_HEADLESS,
+    ROLE_RAY_WORKER,
+    ClusterMembership,
+    ClusterNode,
+    InstanceRecord,
+)
 from npuops.launch.instance_files import (
     NPU_GROUP,
     InstanceExtras,
@@ -147,26 +155,23 @@ def render_cluster(
     roles = [n.role for n in cluster.node_list()]
     ray_unit = ray_unit_name(spec.name)
     ray_address = f"{head.address}:{ray_port}"
-    common: dict[str, Any] = {
-        "group": group,
-        "strategy": cluster.strategy,
-        "nodes": [{"name": h.name, "address": h.address, "role": roles[i]} for i, h in enumerate(hosts)],
-        "expected_nodes": len(hosts),
-        "endpoint_host": head.name,
-    }
+    common = ClusterMembership(
+        group=group, strategy=cluster.strategy, rank=0, role="",
+        nodes=tuple(ClusterNode(h.name, h.address, roles[i]) for i, h in enumerate(hosts)),
+        endpoint_host=head.name, expected_nodes=len(hosts))
     if ray:
         devices = plan.replicas[0].devices if plan.replicas and plan.target.kind == "npu" else ()
-        common.update(ray_unit=ray_unit, ray_address=ray_address, ray_command=list(ray_command),
-                      ray_resources=node_resources(devices, ray_resources),
-                      # Where the token is (the file, never the token): `npuops status` reads it as root.
-                      ray_auth="token" if ray_token else "none",
-                      ray_env_file=str(spec.state_dir / spec.name / RAY_ENV_FILE))
+        common = replace(common, ray_unit=ray_unit, ray_address=ray_address, ray_command=tuple(ray_command),
+                         ray_resources=node_resources(devices, ray_resources),
+                         # Where the token is (the file, never the token): `npuops status` reads it as root.
+                         ray_auth="token" if ray_token else "none",
+                         ray_env_file=str(spec.state_dir / spec.name / RAY_ENV_FILE))
     parts = []
     for rank, host in enumerate(hosts):
         env = host_environment(host, ray=ray)
         if ray and ray_token:
             env.update(ray_auth_environment(ray_token))
-        membership = {**common, "rank": rank, "role": roles[rank]}
+        membership = replace(common, rank=rank, role=roles[rank])
         if ray:
             parts.append(_ray_part(plan, spec, host, rank, roles[rank], env, membership, unit_dir, ray_command,
                                    ray_port, ray_address, env_files, ray_resources))
@@ -192,7 +197,7 @@ def _placed(record: InstanceRecord, files: Sequence[Any], unit_dir: Path) -> tup
 
 
 def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: str, env: dict[str, str],
-              membership: dict[str, Any], unit_dir: Path, ray_command: tuple[str, ...], ray_port: int,
+              membership: ClusterMembership, unit_dir: Path, ray_command: tuple[str, ...], ray_port: int,
               ray_address: str, env_files: tuple[Path, ...],
               ray_resources: Mapping[str, float] | None) -> HostPart:
     ray_unit = ray_unit_name(spec.name)

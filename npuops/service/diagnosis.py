@@ -1,7 +1,8 @@
 """Why an engine died: its log scanned for the known failure signatures (npuops/data/failure_signatures.toml).
 
 Pure: lines in, a Diagnosis (or None) out. The supervisor calls it when the engine exits, and writes the result to
-the journal and to its status file, where `npuops status` and `npuops launch` read it.
+the journal and to its status file, where `npuops status` and `npuops launch` read it (so Diagnosis itself lives with
+the status file, in npuops.instance.state).
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from npuops.datafiles import load_data_toml
 from npuops.failures import classify_import_failure
+from npuops.instance.state import Diagnosis
 
 
 @dataclass(frozen=True)
@@ -27,25 +28,6 @@ class Signature:
     import_failure: bool = False
     # A restart cannot cure it (see the data file).
     permanent: bool = False
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    id: str
-    cause: str
-    fix: str
-    line: str  # the log line the verdict rests on
-    source: str
-    permanent: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "cause": self.cause, "fix": self.fix, "line": self.line, "source": self.source,
-                "permanent": self.permanent}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Diagnosis:
-        return cls(str(data["id"]), str(data["cause"]), str(data["fix"]), str(data.get("line", "")),
-                   str(data.get("source", "")), bool(data.get("permanent", False)))
 
 
 @lru_cache(maxsize=1)

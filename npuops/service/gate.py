@@ -21,6 +21,7 @@ from npuops.doctor.registry import checks_tagged, discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
 from npuops.instance.record import InstanceRecord
+from npuops.instance.state import SupervisorState
 from npuops.settings import Settings
 
 BLOCKING_SEVERITIES = (Severity.CRITICAL, Severity.HIGH)
@@ -105,15 +106,7 @@ def render_gate_text(report: GateReport, name: str) -> str:
     return "\n".join(lines)
 
 
-def refusal_status(report: GateReport, name: str) -> dict[str, object]:
+def refusal_status(report: GateReport, name: str) -> SupervisorState:
     """What the status file says after a refused start, so `npuops status` can name the check and its fix."""
-    first = report.blocking[0]
-    return {
-        "name": name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": "exited",
-        "stages": [], "started_at": time.time(), "healthy_at": None, "url": None, "updated_at": time.time(),
-        "exit": {"code": 1, "reason": "gate-refused", "engine_returncode": None, "at": time.time(),
-                 "diagnosis": {"id": f"gate:{first.check_id}", "cause": first.result.message,
-                               "fix": first.result.remediation or "", "line": "", "source": "npuops start gate",
-                               "permanent": False},
-                 "log_tail": [], "blocking": [o.check_id for o in report.blocking]},
-    }
+    return SupervisorState.refused(name, [(o.check_id, o.result.message, o.result.remediation or "")
+                                          for o in report.blocking])

@@ -26,14 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from npuops.httpclient import base_url
 from npuops.instance.endpoint import health_ok
-from npuops.instance.ray import probe_ray_cluster
-from npuops.instance.record import InstanceRecord, write_status
-from npuops.instance.state import Stage
-from npuops.service.diagnosis import Diagnosis, diagnose
+from npuops.instance.ray import RayState, probe_ray_cluster
+from npuops.instance.record import ClusterMembership, InstanceRecord, write_status
+from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
+from npuops.service.diagnosis import diagnose
 from npuops.service.engine_log import kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
 
@@ -62,7 +62,7 @@ class SupervisorOptions:
     on_ready: Callable[[], None] | None = None
     # A Ray head's engine also asks the cluster, at most this often, whether every host's node is alive.
     cluster_interval_s: float = 30.0
-    cluster_probe: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    cluster_probe: Callable[[ClusterMembership], RayState] | None = None
     # A headless engine (data-parallel follower) answers no HTTP: it counts as up once it has run this long.
     headless_settle_s: float = 5.0
 
@@ -118,11 +118,7 @@ class Supervisor:
         self._started = time.monotonic()
         self._cluster_checked = -1e9
         self._cluster_problem = ""
-        self._state: dict[str, Any] = {
-            "name": record.name, "supervisor_pid": os.getpid(), "engine_pid": None, "stage": None,
-            "stages": [], "started_at": time.time(), "healthy_at": None, "last_health_at": None,
-            "kv_cache_tokens": None, "url": self.url, "exit": None,
-        }
+        self._state = SupervisorState.started(record.name, self.url)
 
     # --- signals ----------------------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -145,12 +141,11 @@ class Supervisor:
         return time.monotonic() - self._started
 
     def _set_stage(self, stage: Stage, detail: str = "") -> None:
-        if self._state["stage"] == stage.value:
+        if self._state.stage == stage:
             return
         elapsed = self._elapsed()
-        self._state["stage"] = stage.value
-        self._state["stages"].append({"stage": stage.value, "at": time.time(), "elapsed_s": round(elapsed, 1),
-                                      "detail": detail})
+        self._state.stage = stage
+        self._state.stages.append(StageEntry(stage, time.time(), round(elapsed, 1), detail))
         text = f"{stage.value}" + (f": {detail}" if detail else "")
         self.notifier.status(f"{self.record.name}: {text}")
         self._write_status()
@@ -158,7 +153,7 @@ class Supervisor:
             self.options.on_stage(stage, detail, elapsed)
 
     def _write_status(self) -> None:
-        self._state["updated_at"] = time.time()
+        self._state.updated_at = time.time()
         try:
             write_status(self.record, self._state)
         except OSError as exc:
@@ -192,7 +187,7 @@ class Supervisor:
                 tokens = kv_cache_tokens(line)
                 detail = f"{tokens:,} tokens" if tokens is not None else ""
                 if tokens is not None:
-                    self._state["kv_cache_tokens"] = tokens
+                    self._state.kv_cache_tokens = tokens
                 with self._lock:
                     self._stage_events.append((stage, detail))
         stream.close()
@@ -217,7 +212,7 @@ class Supervisor:
         self._reader = threading.Thread(target=self._read_engine_output, args=(self._process.stdout,),
                                         name="engine-log", daemon=True)
         self._reader.start()
-        self._state["engine_pid"] = self._process.pid
+        self._state.engine_pid = self._process.pid
         self._say(f"started the engine (pid {self._process.pid}): {' '.join(argv)}")
         return None
 
@@ -294,23 +289,23 @@ class Supervisor:
             now = time.monotonic()
             if healthy:
                 last_healthy = now
-                self._state["last_health_at"] = time.time()
+                self._state.last_health_at = time.time()
                 if not ready:
                     ready = True
                     self._drain_stage_events(ready)
-                    self._state["healthy_at"] = time.time()
+                    self._state.healthy_at = time.time()
                     self._set_stage(Stage.HEALTHY, f"{self.url} answers /health after {self._elapsed():.0f} s")
                     self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
                     if self.options.on_ready is not None:
                         self.options.on_ready()
-                elif self._state["stage"] == Stage.UNHEALTHY.value:
+                elif self._state.stage == Stage.UNHEALTHY:
                     self._set_stage(Stage.HEALTHY, "answers /health again" if self.record.serves_api else
                                     "the cluster is whole again")
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
             elif ready:
-                if self._state["stage"] != Stage.UNHEALTHY.value:
+                if self._state.stage != Stage.UNHEALTHY:
                     self._set_stage(Stage.UNHEALTHY, f"{problem}; watchdog pings withheld")
                 if own_hang_timeout is not None and now - last_healthy > own_hang_timeout:
                     return self._finish(self._hung(f"/health did not answer for {own_hang_timeout:.0f} s"))
@@ -326,21 +321,22 @@ class Supervisor:
             return up, "the headless engine is starting"
         if not health_ok(self.url, timeout=self.options.health_timeout_s):
             return False, "/health stopped answering"
-        if ready and self.record.cluster.get("strategy") == "ray":
+        cluster = self.record.ray_cluster
+        if ready and cluster is not None:
             now = time.monotonic()
             if now - self._cluster_checked >= self.options.cluster_interval_s or self._cluster_problem:
                 self._cluster_checked = now
                 probe = self.options.cluster_probe or probe_ray_cluster
-                state = probe(self.record.cluster)
-                self._state["cluster"] = {k: state.get(k) for k in ("complete", "alive", "missing", "lost", "error")}
-                if state.get("complete"):
+                state = probe(cluster)
+                self._state.cluster = state
+                if state.complete:
                     self._cluster_problem = ""
-                elif state.get("error"):
-                    self._cluster_problem = f"the Ray cluster cannot be asked ({state['error']})"
-                elif state.get("missing"):
-                    self._cluster_problem = f"Ray node(s) lost on {', '.join(state['missing'])}"
+                elif state.error:
+                    self._cluster_problem = f"the Ray cluster cannot be asked ({state.error})"
+                elif state.missing:
+                    self._cluster_problem = f"Ray node(s) lost on {', '.join(state.missing)}"
                 else:
-                    self._cluster_problem = f"the Ray nodes of {', '.join(state.get('short') or [])} offer too little"
+                    self._cluster_problem = f"the Ray nodes of {', '.join(state.short)} offer too little"
             if self._cluster_problem:
                 return False, self._cluster_problem
         return True, ""
@@ -351,7 +347,7 @@ class Supervisor:
                 if not self._stage_events:
                     return
                 stage, detail = self._stage_events.popleft()
-            current = Stage(self._state["stage"] or Stage.STARTING.value)
+            current = self._state.stage or Stage.STARTING
             # Log stages only move forward, and never past "healthy" (which only /health may announce).
             if not ready and stage.order > current.order:
                 self._set_stage(stage, detail)
@@ -388,7 +384,7 @@ class Supervisor:
         code = self._stop_engine()
         diagnosis = diagnose(self._lines_snapshot(), self._facts()) or Diagnosis(
             "start-timeout", f"the engine did not answer /health within {self.record.timeout_start_s} s "
-            f"(last stage: {self._state['stage']})",
+            f"(last stage: {self._state.stage.value if self._state.stage else None})",
             "read the engine's log (`npuops logs NAME`) for the stage it stopped at; for a large model raise "
             "the start timeout with `npuops launch --start-timeout SECONDS`", "", "npuops")
         return Outcome(1, "start-timeout", code, diagnosis)
@@ -405,11 +401,8 @@ class Supervisor:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        self._state["exit"] = {
-            "code": outcome.exit_code, "reason": outcome.reason, "engine_returncode": outcome.engine_returncode,
-            "at": time.time(), "diagnosis": outcome.diagnosis.to_json() if outcome.diagnosis else None,
-            "log_tail": outcome.log_tail,
-        }
+        self._state.exit = SupervisorExit(outcome.exit_code, outcome.reason, outcome.engine_returncode, time.time(),
+                                          outcome.diagnosis, tuple(outcome.log_tail))
         self._set_stage(Stage.EXITED, outcome.reason)
         self._write_status()
         if outcome.reason != "stopped":

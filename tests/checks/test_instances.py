@@ -1,4 +1,5 @@
-"""instances-healthy: what counts as a broken instance part, from `npuops status` documents (pure)."""
+"""instances-healthy: what counts as a broken instance part, from `npuops status` documents (pure), read as
+InstanceStatus from only the keys each case needs (an older npuops' answer may leave the others out)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import pytest
 
 from npuops.checks.instances import _problem
+from npuops.instance.status import InstanceStatus
 
 
 def status(state: str, **extra: Any) -> dict[str, Any]:
@@ -34,4 +36,4 @@ def status(state: str, **extra: Any) -> dict[str, Any]:
      "qwen: the Ray nodes of node-b offer fewer resources than the engine needs"),
 ])
 def test_problem(document: dict[str, Any], expected: str | None) -> None:
-    assert _problem(document) == expected
+    assert _problem(InstanceStatus.from_json(document)) == expected

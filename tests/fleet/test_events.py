@@ -6,12 +6,13 @@ Replays real recordings (fixtures/README.md says how they were made); no Ansible
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from npuops.fleet.events import HostStats, PlaybookEvent, ansible_errors, parse_event, result_message
-from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, fleet_facts_from_run
+from npuops.fleet.facts import FIX_NO_MODEL, FIX_NOT_FOUND, FIX_UNREACHABLE, NODE_STATS_KEY, fleet_facts_from_run
 from npuops.fleet.host_results import EventCollector
 from tests.fleet.conftest import recorded, replay
 
@@ -76,14 +77,31 @@ def test_node_facts_travel_back_per_host() -> None:
     facts = fleet_facts_from_run(run)
     local = facts.hosts["localhost"]
     assert local.status == "ok" and local.node is not None
-    assert local.node["npu"]["found"] is False
-    assert local.node["host"]["hostname"]
+    assert local.node.has_npus is False
+    assert local.node.host.hostname
     dead = facts.hosts["unreachable"]
     assert dead.status == "unreachable" and dead.node is None and dead.fix == FIX_UNREACHABLE
     assert not facts.ok and list(facts.nodes()) == ["localhost"]
     shape = facts.to_json()
     assert set(shape) == {"ok", "artifacts", "hosts"}
     assert set(shape["hosts"]["unreachable"]) == {"status", "message", "fix", "node"}
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    (None, "the host returned no npuops node model"),
+    ({"ok": True, "instances": []}, "not an npuops node model: the document lacks npu, host"),
+    ({"npu": {}, "host": {}, "chips": [{"npu_id": "0"}]}, "chips[0].npu_id is a string, not an integer"),
+])
+def test_an_answer_that_is_no_node_model_fails_the_host(answer: Any, says: str) -> None:
+    run = replay("node-facts-local-and-unreachable", rc=4, status="failed")
+    local = run.hosts["localhost"]
+    data = {k: v for k, v in local.data.items() if k != NODE_STATS_KEY}
+    if answer is not None:
+        data[NODE_STATS_KEY] = answer
+    run = dataclasses.replace(run, hosts={**run.hosts, "localhost": dataclasses.replace(local, data=data)})
+    host = fleet_facts_from_run(run).hosts["localhost"]
+    assert host.status == "failed" and host.node is None and host.fix == FIX_NO_MODEL
+    assert says in host.message and "\n" not in host.message
 
 
 def test_missing_npuops_on_the_host() -> None:

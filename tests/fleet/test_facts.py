@@ -12,6 +12,7 @@ import pytest
 
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, collect_node_models
+from npuops.hardware.node import Node
 from tests.fleet.conftest import INVENTORIES, NPUOPS
 
 pytestmark = pytest.mark.slow
@@ -24,13 +25,14 @@ def test_localhost_node_model(artifacts: Path) -> None:
     assert facts.ok and list(facts.hosts) == ["localhost"]
     node = facts.hosts["localhost"].node
     assert node is not None
-    assert node["npu"]["found"] is False and node["npu"]["reasons"]
-    host = node["host"]
-    assert host["hostname"] == socket.gethostname()
-    assert host["cpu_count"] >= 1 and host["memory_total_bytes"] > 0 and host["kernel"]
+    assert node.has_npus is False and node.no_npu_reasons()
+    host = node.host
+    assert host.hostname == socket.gethostname()
+    assert host.cpu_count >= 1 and (host.memory_total_bytes or 0) > 0 and host.kernel
     # The same model `npuops node --json` prints here.
     local = json.loads(subprocess.run([NPUOPS, "node", "--json"], capture_output=True, text=True, check=True).stdout)
-    assert node["host"]["hostname"] == local["host"]["hostname"] and node["cann"] == local["cann"]
+    assert host.hostname == local["host"]["hostname"] and node.to_json()["cann"] == local["cann"]
+    assert node.cann == Node.from_json(local).cann
     assert [e.kind for e in seen] == ["task_start", "ok", "task_start", "ok", "stats"]
     assert (facts.run.artifacts / "job_events").is_dir()
     assert facts.to_json()["hosts"]["localhost"]["status"] == "ok"
@@ -65,7 +67,7 @@ def test_ascend_root_reaches_the_host(artifacts: Path, tmp_path: Path) -> None:
     facts = collect_node_models(inventory=["localhost"], artifacts_dir=artifacts, npuops_command=NPUOPS,
                                 ascend_root=ascend)
     node = facts.hosts["localhost"].node
-    assert node is not None and node["cann"]["toolkit"]["path"].startswith(str(ascend))
+    assert node is not None and str(node.cann.toolkit.path).startswith(str(ascend))
 
 
 def test_npuops_missing_on_the_host(artifacts: Path) -> None:

@@ -2,8 +2,9 @@
 the per-host entries from recorded ansible-runner events, the table and the JSON.
 
 Node models come from the real node-model code (`discover_node`) run on trees of real captures (version files
-and `npu-smi info` outputs from tests/fixtures/ascend) through a fake runner, so the versions sit where
-`npuops node --json` puts them. Clock numbers are synthetic. Runs come from recordings (fixtures/README.md).
+and `npu-smi info` outputs from tests/fixtures/ascend) through a fake runner, and travel as a host sends them:
+`npuops node --json`, read back with `Node.from_json`. Clock numbers are synthetic. Runs come from recordings
+(fixtures/README.md).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from npuops.fleet.doctor_text import render_fleet_doctor_text
 from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, fleet_facts_from_run
 from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
-from npuops.hardware.node import discover_node
+from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.resources import shipped_dir
 from npuops.settings import Settings
@@ -58,8 +59,8 @@ SMI_910B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"  # 4 x 910B2C
 
 
 def node_model(root: Path, *, toolkit: str = TOOLKIT_83, smi: str = SMI_910B3, nnal: bool = True,
-               driver: str = "driver-version-info_25.0.rc1.1_1.txt") -> dict[str, Any]:
-    """`npuops node --json` of an A2 node whose files are real captures."""
+               driver: str = "driver-version-info_25.0.rc1.1_1.txt") -> Node:
+    """The node model of an A2 node whose files are real captures, as the controller reads its `npuops node --json`."""
     put(root, f"{ASCEND}/driver/version.info", capture(driver))
     put(root, f"{ASCEND}/firmware/version.info", capture("firmware-version-info_doc_1.txt"))
     put(root, f"{ASCEND}/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info", capture(toolkit))
@@ -68,12 +69,16 @@ def node_model(root: Path, *, toolkit: str = TOOLKIT_83, smi: str = SMI_910B3, n
         put(root, f"{ASCEND}/nnal/atb/latest/version.info", capture("nnal-atb-version-info_8.2.RC2_1.txt"))
     probe = Probe(Settings(root=root), runner=FakeRunner({("npu-smi", "info"): (0, capture(smi), "")}),
                   machine=lambda: "aarch64")
-    data: dict[str, Any] = json.loads(json.dumps(discover_node(probe).to_json()))
-    return data
+    return Node.from_json(json.loads(json.dumps(discover_node(probe).to_json())))
+
+
+def minimal_node(**parts: Any) -> Node:
+    """The smallest node model there is, with the given parts (JSON as `npuops node --json` has them)."""
+    return Node.from_json({"npu": {}, "host": {}, **parts})
 
 
 @pytest.fixture
-def fleet_nodes(tmp_path: Path) -> dict[str, dict[str, Any]]:
+def fleet_nodes(tmp_path: Path) -> dict[str, Node]:
     """Three hosts from the same captures."""
     return {name: node_model(tmp_path / name) for name in ("h1", "h2", "h3")}
 
@@ -81,13 +86,13 @@ def fleet_nodes(tmp_path: Path) -> dict[str, dict[str, Any]]:
 # --- differences --------------------------------------------------------------------------------------------------
 
 
-def test_identical_hosts_have_no_differences(fleet_nodes: dict[str, dict[str, Any]]) -> None:
-    assert fleet_nodes["h1"]["cann"]["toolkit"]["version"] == "8.3.RC1"  # the capture's, where node puts it
-    assert len(fleet_nodes["h1"]["chips"]) == 8
+def test_identical_hosts_have_no_differences(fleet_nodes: dict[str, Node]) -> None:
+    assert fleet_nodes["h1"].cann.toolkit.version == "8.3.RC1"  # the capture's
+    assert len(fleet_nodes["h1"].chips) == 8
     assert fleet_differences(fleet_nodes, {"h1": "0.1.0", "h2": "0.1.0", "h3": "0.1.0"}) == []
 
 
-def test_another_cann_on_one_host_is_named(tmp_path: Path, fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_another_cann_on_one_host_is_named(tmp_path: Path, fleet_nodes: dict[str, Node]) -> None:
     fleet_nodes["h3"] = node_model(tmp_path / "odd", toolkit=TOOLKIT_82)
     (difference,) = fleet_differences(fleet_nodes)
     assert difference.key == "cann" and difference.what == "CANN toolkit"
@@ -100,14 +105,14 @@ def test_another_cann_on_one_host_is_named(tmp_path: Path, fleet_nodes: dict[str
                                                                     {"value": "8.2.RC1", "hosts": ["h3"]}]}
 
 
-def test_missing_nnal_is_a_difference_with_no_value(tmp_path: Path, fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_missing_nnal_is_a_difference_with_no_value(tmp_path: Path, fleet_nodes: dict[str, Node]) -> None:
     fleet_nodes["h2"] = node_model(tmp_path / "odd", nnal=False)
     (difference,) = fleet_differences(fleet_nodes)
     assert difference.key == "nnal" and difference.majority == "8.2.RC2" and difference.odd_hosts == ("h2",)
     assert difference.value_of("h2") is None
 
 
-def test_other_chips_differ_in_model_and_count(tmp_path: Path, fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_other_chips_differ_in_model_and_count(tmp_path: Path, fleet_nodes: dict[str, Node]) -> None:
     fleet_nodes["h1"] = node_model(tmp_path / "odd", smi=SMI_910B2C)
     found = {d.key: d for d in fleet_differences(fleet_nodes)}
     assert set(found) == {"chip_model", "chip_count"}
@@ -115,9 +120,9 @@ def test_other_chips_differ_in_model_and_count(tmp_path: Path, fleet_nodes: dict
     assert found["chip_model"].value_of("h1") == "910B2C" and found["chip_model"].majority == "910B3"
 
 
-def test_every_compared_version_is_read_from_the_node_model(fleet_nodes: dict[str, dict[str, Any]]) -> None:
-    nodes = copy.deepcopy(fleet_nodes)
-    odd = nodes["h3"]
+def test_every_compared_version_is_read_from_the_node_model(fleet_nodes: dict[str, Node]) -> None:
+    sent = {host: node.to_json() for host, node in fleet_nodes.items()}
+    odd = sent["h3"]
     odd["driver"]["version"] = "24.1.rc2.2"
     odd["firmware"]["version"] = "7.1.0.11.221"
     odd["cann"]["kernels"]["version"] = "8.3.RC1"
@@ -125,6 +130,7 @@ def test_every_compared_version_is_read_from_the_node_model(fleet_nodes: dict[st
     odd["python_stack"]["packages"].update(torch="2.5.1", torch_npu="2.5.1.post1", vllm="0.9.1",
                                            vllm_ascend="0.9.1", triton_ascend="3.2.0")
     odd["host"]["arch"] = "x86_64"
+    nodes = {host: Node.from_json(data) for host, data in sent.items()}
     found = fleet_differences(nodes, {"h1": "0.1.0", "h2": "0.1.0", "h3": "0.2.0"})
     assert [d.key for d in found] == ["driver", "firmware", "kernels", "python", "torch", "torch_npu", "vllm",
                                       "vllm_ascend", "triton_ascend", "arch", "npuops"]
@@ -144,8 +150,8 @@ def test_a_tie_names_every_value_and_no_majority() -> None:
 
 
 def test_hosts_without_a_value_everywhere_agree() -> None:
-    assert fleet_differences({"a": {}, "b": {"chips": "garbage", "cann": None}}) == []
-    assert fleet_differences({"a": {"npu": {}, "host": {}}, "b": {"npu": {}, "host": {}}}) == []
+    assert fleet_differences({"a": minimal_node(), "b": minimal_node(chips=[], cann=None)}) == []
+    assert fleet_differences({"a": minimal_node(), "b": minimal_node()}) == []
 
 
 # --- clocks -------------------------------------------------------------------------------------------------------
@@ -203,19 +209,19 @@ def test_peers_of_a_serving_group_read_from_a_real_inventory() -> None:
         assert len(group.peers) == 2
 
 
-def _with_network(node: dict[str, Any], interfaces: list[dict[str, Any]], nic_ips: Mapping[int, str]) -> dict[str, Any]:
+def _with_network(node: Node, interfaces: list[dict[str, Any]], nic_ips: Mapping[int, str]) -> Node:
     """The node model with the keys `npuops node --json` gives for networking: host.interfaces, per chip nic_ip."""
-    node = copy.deepcopy(node)
-    node["host"]["interfaces"] = interfaces
-    for chip in node["chips"]:
-        chip["nic_ip"] = nic_ips.get(chip.get("device_id", chip["npu_id"]))
-    return node
+    data = copy.deepcopy(node.to_json())
+    data["host"]["interfaces"] = interfaces
+    for chip in data["chips"]:
+        chip["nic_ip"] = nic_ips.get(chip["device_id"])
+    return Node.from_json(data)
 
 
-def test_peers_name_the_other_hosts_with_their_npu_nics(fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_peers_name_the_other_hosts_with_their_npu_nics(fleet_nodes: dict[str, Node]) -> None:
     members = [InventoryHost("h2", "10.213.0.12", 22), InventoryHost("h1", "10.213.0.11", 2222),
                InventoryHost("h3", "10.213.0.13", 22)]
-    nodes: dict[str, Mapping[str, Any] | None] = {
+    nodes: dict[str, Node | None] = {
         "h1": _with_network(fleet_nodes["h1"], [{"name": "docker0", "ipv4": ["172.17.0.1/16"], "up": False},
                                                 {"name": "eth0", "ipv4": ["10.213.0.11/24"], "up": True}],
                             {0: "29.1.112.211", 1: "29.1.112.212"}),
@@ -237,15 +243,20 @@ def test_peers_name_the_other_hosts_with_their_npu_nics(fleet_nodes: dict[str, d
 
 
 def test_local_interface_and_nic_ips_tolerate_odd_models() -> None:
+    """Odd but well-formed models: addresses that are no CIDR, an interface without `up`, chips of an older npuops
+    without device_id (what is not a node model at all is refused by Node.from_json, tests/test_node_wire.py)."""
     assert local_interface_for(None, ["10.0.0.1"]) is None
-    assert local_interface_for({"host": {"interfaces": [{"name": "eth0", "ipv4": ["garbage"], "up": True}]}},
+    assert local_interface_for(minimal_node(host={"interfaces": [{"name": "eth0", "ipv4": ["garbage"], "up": True}]}),
                                ["10.0.0.1", "not-an-ip"]) is None
-    assert local_interface_for({"host": {"interfaces": [{"name": "eth1", "ipv4": ["10.0.0.5/8"]}]}},
+    assert local_interface_for(minimal_node(host={"interfaces": [{"name": "eth1", "ipv4": ["10.0.0.5/8"]}]}),
                                ["node-b", "10.9.9.9"]) == "eth1"
-    assert chip_nic_ips({"chips": [{"npu_id": 4, "logical_id": None, "nic_ip": "1.2.3.4"},
-                                   {"npu_id": 0, "chip_id": 1, "logical_id": 1, "nic_ip": "1.2.3.5"},
-                                   {"npu_id": 5, "nic_ip": None}, "garbage"]}) == {"4": "1.2.3.4", "1": "1.2.3.5"}
-    assert chip_nic_ips(None) == {} and chip_nic_ips({"chips": "x"}) == {}
+    assert local_interface_for(minimal_node(host={"interfaces": [{"name": "eth1", "ipv4": ["10.0.0.5/8"],
+                                                                  "up": False}]}), ["10.9.9.9"]) is None
+    assert chip_nic_ips(minimal_node(chips=[{"npu_id": 4, "chip_id": 0, "logical_id": None, "nic_ip": "1.2.3.4"},
+                                            {"npu_id": 0, "chip_id": 1, "logical_id": 1, "nic_ip": "1.2.3.5"},
+                                            {"npu_id": 5, "chip_id": 0, "nic_ip": None}])) == {
+        "4": "1.2.3.4", "1": "1.2.3.5"}
+    assert chip_nic_ips(None) == {} and chip_nic_ips(minimal_node(chips=[])) == {}
 
 
 # --- the report from recorded runs -------------------------------------------------------------------------------
@@ -312,7 +323,7 @@ def test_text_table_worst_host_first_with_failures_and_fixes() -> None:
 
 
 def test_a_doctor_that_refuses_its_arguments_fails_the_host_with_npuops_message() -> None:
-    facts = FleetFacts({"localhost": HostNode("localhost", "ok", {"npu": {}, "host": {}})},
+    facts = FleetFacts({"localhost": HostNode("localhost", "ok", minimal_node())},
                        replay("node-facts-local-and-unreachable"))
     report = fleet_doctor_report(facts, replay("fleet-doctor-usage-error", rc=2, status="failed"), level=3)
     host = report.hosts["localhost"]
@@ -337,7 +348,7 @@ def doctor_run_of(reports: Mapping[str, Mapping[str, Any]]) -> PlaybookRun:
                        events=tuple(events))
 
 
-def test_odd_host_is_flagged_in_the_table_and_the_json(tmp_path: Path, fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_odd_host_is_flagged_in_the_table_and_the_json(tmp_path: Path, fleet_nodes: dict[str, Node]) -> None:
     passing = {"ok": True, "summary": {}, "checks": [
         {"id": "cann-toolkit", "area": "cann", "status": "pass", "message": "ok", "remediation": None},
         {"id": "thread-limits", "area": "environment", "status": "warn", "message": "unset", "remediation": "set"}]}
@@ -412,7 +423,7 @@ def test_cli_refusals_are_one_line(args: list[str], rc: int, message: str, tmp_p
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_a_failure_shared_by_hosts_is_listed_once_with_its_fix(fleet_nodes: dict[str, dict[str, Any]]) -> None:
+def test_a_failure_shared_by_hosts_is_listed_once_with_its_fix(fleet_nodes: dict[str, Node]) -> None:
     def report(*failing: str) -> dict[str, Any]:
         return {"ok": not failing, "summary": {}, "checks": [
             {"id": check, "area": "driver", "status": "fail", "message": f"{check} is broken",

@@ -24,7 +24,8 @@ import pytest
 from npuops.checks import launch as launch_checks
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks
-from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
+from npuops.instance.ray import RayState
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership
 from npuops.service.gate import gate_checks, run_gate
 from npuops.settings import Settings
 from tests.conftest import REPO, capture, write_fake_tool
@@ -160,13 +161,14 @@ def test_the_gate_runs_exactly_the_checks_tagged_for_it(kind: str, role: str, cl
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[object] = []
 
-    def whole_cluster(asked_about: dict[str, Any]) -> dict[str, Any]:
+    def whole_cluster(asked_about: ClusterMembership) -> RayState:
         asked.append(asked_about)
-        return {"complete": True, "nodes": 1, "expected": 1, "alive": ["h1"]}
+        return RayState(complete=True, expected=1, alive=("h1",))
 
     monkeypatch.setattr(launch_checks, "probe_ray_cluster", whole_cluster)
+    membership = ClusterMembership.from_json(cluster) if cluster else None
     # Port 0: the bind test always finds it free, so port-free passes wherever it applies.
-    record = make_record(tmp_path / "state", role=role, cluster=cluster, target_kind=kind,
+    record = make_record(tmp_path / "state", role=role, cluster=membership, target_kind=kind,
                          devices=(0, 1) if kind == "npu" else (), port=0)
     selected = [c.id for c in gate_checks(record)]
     assert set(selected) == _tagged(*tags) == expected and len(selected) == len(expected)
@@ -176,4 +178,4 @@ def test_the_gate_runs_exactly_the_checks_tagged_for_it(kind: str, role: str, cl
     status = {o.check_id: o.result.status for o in outcomes}
     # The instance's checks that do not apply to this part skip; the others give a verdict.
     assert {i for i in ("port-free", "ray-cluster") if status[i] is not Status.SKIP} == applies
-    assert asked == ([cluster] if "ray-cluster" in applies else [])
+    assert asked == ([membership] if "ray-cluster" in applies else [])

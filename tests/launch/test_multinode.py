@@ -22,6 +22,7 @@ import yaml
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.fleet.inventory import InventoryHost
+from npuops.hardware.node import Node
 from npuops.instance.record import InstanceRecord
 from npuops.launch.group import (
     ADDRESS_VAR,
@@ -145,10 +146,11 @@ def test_ray_worker_gets_only_its_ray_node_and_a_worker_record(ray_plan: Plan) -
     record = InstanceRecord.from_json(data, "worker instance.json")
     assert record.role == "ray-worker" and not record.serves_api and not record.runs_engine
     assert record.units == ["npuops-demo-ray.service"]
-    assert record.cluster["rank"] == 1 and record.cluster["role"] == "worker"
-    assert record.cluster["ray_address"] == "10.0.0.1:6379"
-    assert record.cluster["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head"},
-                                       {"name": "node-two", "address": "10.0.0.2", "role": "worker"}]
+    assert data["cluster"]["rank"] == 1 and data["cluster"]["role"] == "worker"
+    assert data["cluster"]["ray_address"] == "10.0.0.1:6379"
+    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head"},
+                                        {"name": "node-two", "address": "10.0.0.2", "role": "worker"}]
+    assert record.cluster is not None and (record.cluster.rank, record.cluster.role) == (1, "worker")
     assert record == worker.record
 
 
@@ -371,8 +373,10 @@ def test_verify_catches_a_broken_ray_unit(ray_plan: Plan, tmp_path: Path) -> Non
 # --- the serving interface of each host --------------------------------------------------------------------------
 
 
-def _node(*interfaces: tuple[str, list[str]]) -> dict[str, Any]:
-    return {"host": {"interfaces": [{"name": n, "ipv4": list(a), "up": True} for n, a in interfaces]}}
+def _node(*interfaces: tuple[str, list[str]]) -> Node:
+    """A host's node model with these interfaces, as the controller reads it from the host's `npuops node --json`."""
+    return Node.from_json({"npu": {}, "host": {"interfaces": [{"name": n, "ipv4": list(a), "up": True}
+                                                              for n, a in interfaces]}})
 
 
 TWO_NICS = _node(("eth0", ["192.168.1.5/24"]), ("ens5", ["10.0.0.1/16", "10.9.0.1/16"]))
@@ -419,11 +423,13 @@ def test_no_interface_holds_the_address() -> None:
                                             r"eth0, ens5\)"):
         choose_serving_interface(host, TWO_NICS)
     with pytest.raises(BadInputError, match=r"node-seven.*none reported"):
-        choose_serving_interface(host, {})
+        choose_serving_interface(host, _node())
 
 
-def _chips(count: int, name: str = "910B3", memory_mb: int | None = 65536) -> dict[str, Any]:
-    return {"chips": [{"name": name, "hbm_total_mb": memory_mb, "memory_total_mb": 15000} for _ in range(count)]}
+def _chips(count: int, name: str = "910B3", memory_mb: int | None = 65536) -> Node:
+    return Node.from_json({"npu": {}, "host": {}, "chips": [
+        {"npu_id": i, "chip_id": 0, "name": name, "hbm_total_mb": memory_mb, "memory_total_mb": 15000}
+        for i in range(count)]})
 
 
 def test_same_hardware_on_every_host() -> None:
@@ -436,7 +442,7 @@ def test_differing_hosts_are_named() -> None:
     with pytest.raises(BadInputError, match=r"node-a: 8 x 910B3; node-b: 4 x 910B3"):
         check_same_hardware({"node-a": _chips(8), "node-b": _chips(4)})
     with pytest.raises(BadInputError, match=r"node-b: 0 x no NPU"):
-        check_same_hardware({"node-a": _chips(8), "node-b": {"chips": []}})
+        check_same_hardware({"node-a": _chips(8), "node-b": _chips(0)})
     with pytest.raises(BadInputError, match=r"node-a: 8 x 910B3; node-b: 8 x 910B4"):
         check_same_hardware({"node-a": _chips(8), "node-b": _chips(8, "910B4")})
 
@@ -470,8 +476,11 @@ def test_stage_files_are_private_and_the_manifest_says_where_they_go(ray_plan: P
 def test_launch_extravars(ray_plan: Plan, tmp_path: Path) -> None:
     parts = _render(ray_plan)
     manifest = stage_files(parts, tmp_path / "staging")
-    nodes = {"node-head": {"chips": [{"device_id": 0, "nic_ip": "29.1.0.1"}]},
-             "node-two": {"chips": [{"device_id": 0, "nic_ip": "29.1.0.2"}, {"device_id": 1, "nic_ip": None}]}}
+    nodes = {"node-head": Node.from_json({"npu": {}, "host": {}, "chips": [
+                 {"npu_id": 0, "chip_id": 0, "device_id": 0, "nic_ip": "29.1.0.1"}]}),
+             "node-two": Node.from_json({"npu": {}, "host": {}, "chips": [
+                 {"npu_id": 0, "chip_id": 0, "device_id": 0, "nic_ip": "29.1.0.2"},
+                 {"npu_id": 1, "chip_id": 0, "device_id": 1, "nic_ip": None}]})}
     hosts = [InventoryHost("node-head", "192.168.9.1", 22), InventoryHost("node-two", "192.168.9.2", 2222)]
     peers = network_peers(parts, hosts, nodes)
     # Each host checks the others at their serving addresses, from its serving interface, and their NPU NICs.
@@ -521,7 +530,8 @@ def test_ray_token_authentication(ray_plan: Plan) -> None:
             else:
                 assert token not in placed.text, placed.path
         cluster = part.record.cluster
-        assert cluster["ray_auth"] == "token" and cluster["ray_env_file"] == "/etc/npuops/demo/ray.env"
+        assert cluster is not None
+        assert cluster.ray_auth == "token" and cluster.ray_env_file == "/etc/npuops/demo/ray.env"
     without = _render(ray_plan)
-    assert without[0].record.cluster["ray_auth"] == "none"
+    assert without[0].record.cluster is not None and without[0].record.cluster.ray_auth == "none"
     assert all("RAY_AUTH" not in placed.text for part in without for placed in part.files)

@@ -18,6 +18,7 @@ import pytest
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.instance.control import pid_alive, port_taken, stop_foreground
 from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord, read_status
+from npuops.instance.state import Stage, SupervisorExit, SupervisorState
 from npuops.launch.install import check_ports_free, check_service_user, find_conflicts
 from tests.service.instance_records import make_record
 
@@ -174,13 +175,13 @@ def test_stop_foreground_stops_a_live_supervisor(tmp_path: Path,
     child = subprocess.Popen([sys.executable, "-c", SUPERVISOR_STAND_IN, record.status_file])
     children.append(child)
     _wait_for_status(record, child)
-    assert read_status(record) == {"supervisor_pid": child.pid, "stage": "healthy", "exit": None}
+    assert read_status(record) == SupervisorState("", child.pid, stage=Stage.HEALTHY)
 
     assert stop_foreground(record, timeout_s=15) is True
     assert child.wait(timeout=10) == 0  # it exited through its SIGTERM handler
     assert not pid_alive(child.pid)
     status = read_status(record)
-    assert status is not None and status["exit"] == {"reason": "stopped", "code": 0}
+    assert status is not None and status.exit == SupervisorExit(0, "stopped")
 
 
 def test_stop_foreground_leaves_a_supervisor_that_already_exited(

@@ -8,7 +8,8 @@ import pytest
 
 from npuops.datafiles import load_data_toml
 from npuops.failures import classify_import_failure
-from npuops.service.diagnosis import Diagnosis, diagnose, load_signatures
+from npuops.instance.state import Diagnosis
+from npuops.service.diagnosis import diagnose, load_signatures
 from tests.conftest import FIXTURES
 
 ENGINE_FIXTURES = FIXTURES / "engine"

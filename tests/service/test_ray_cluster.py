@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
-from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,13 @@ from npuops.instance.ray import (
     RAY_NODES_SCRIPT,
     RayNode,
     RayNodesError,
+    RayState,
     cluster_state,
     parse_ray_nodes,
     probe_ray_cluster,
     ray_python,
 )
-from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership, ClusterNode
 from npuops.service.gate import run_gate
 from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions
@@ -43,8 +44,7 @@ from tests.service.instance_records import make_record
 RAY_FIXTURES = FIXTURES / "ray"
 THREE_ALIVE = RAY_FIXTURES / "ray-nodes_3-nodes-alive.json"
 H2_DIED = RAY_FIXTURES / "gcs-nodes_h2-sigterm-then-rejoined-then-raylet-sigkilled.json"
-HOSTS = [{"name": "h1", "address": "10.213.0.11"}, {"name": "h2", "address": "10.213.0.12"},
-         {"name": "h3", "address": "10.213.0.13"}]
+HOSTS = (ClusterNode("h1", "10.213.0.11"), ClusterNode("h2", "10.213.0.12"), ClusterNode("h3", "10.213.0.13"))
 
 
 def _from_state_api(path: Path) -> str:
@@ -119,8 +119,8 @@ def test_malformed_resources_are_a_ray_nodes_error(resources: str) -> None:
 
 def test_all_alive_is_complete() -> None:
     state = cluster_state(HOSTS, parse_ray_nodes(THREE_ALIVE.read_text()))
-    assert state == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
-                     "unexpected": [], "nodes": 3, "expected": 3}
+    assert state.to_json() == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
+                               "unexpected": [], "nodes": 3, "expected": 3}
 
 
 def test_a_node_that_offers_too_little_keeps_the_cluster_incomplete() -> None:
@@ -128,8 +128,8 @@ def test_a_node_that_offers_too_little_keeps_the_cluster_incomplete() -> None:
     and every such host is named; one that needs a CPU each is."""
     nodes = parse_ray_nodes(THREE_ALIVE.read_text())
     state = cluster_state(HOSTS, nodes, {"NPU": 8})
-    assert state["complete"] is False and state["short"] == ["h1", "h2", "h3"] and state["missing"] == []
-    assert cluster_state(HOSTS, nodes, {"CPU": 1})["complete"] is True
+    assert state.complete is False and state.short == ("h1", "h2", "h3",) and state.missing == ()
+    assert cluster_state(HOSTS, nodes, {"CPU": 1}).complete is True
 
 
 def test_a_host_whose_node_died_is_missing_and_lost() -> None:
@@ -137,33 +137,33 @@ def test_a_host_whose_node_died_is_missing_and_lost() -> None:
     # The recording: h2 stopped (SIGTERM), rejoined with a new node id, then its raylet was killed: two dead entries.
     assert [n.alive for n in nodes if n.address == "10.213.0.12"] == [False, False]
     state = cluster_state(HOSTS, nodes)
-    assert state["complete"] is False
-    assert state["alive"] == ["h1", "h3"] and state["missing"] == ["h2"] and state["lost"] == ["h2"]
-    assert (state["nodes"], state["expected"]) == (2, 3)
+    assert state.complete is False
+    assert state.alive == ("h1", "h3",) and state.missing == ("h2",) and state.lost == ("h2",)
+    assert (state.nodes, state.expected) == (2, 3)
 
 
 def test_a_host_that_died_and_came_back_is_alive() -> None:
     nodes = parse_ray_nodes(_compact(("10.213.0.11", True), ("10.213.0.12", False), ("10.213.0.13", True),
                                      ("10.213.0.12", True)))
     state = cluster_state(HOSTS, nodes)
-    assert state["complete"] is True
-    assert state["alive"] == ["h1", "h2", "h3"] and state["missing"] == [] and state["lost"] == []
+    assert state.complete is True
+    assert state.alive == ("h1", "h2", "h3",) and state.missing == () and state.lost == ()
 
 
 def test_a_node_that_never_joined_is_missing_but_not_lost() -> None:
-    expected = [*HOSTS, {"name": "h4", "address": "10.213.0.14"}]
+    expected = (*HOSTS, ClusterNode("h4", "10.213.0.14"))
     state = cluster_state(expected, parse_ray_nodes(THREE_ALIVE.read_text()))
-    assert state["complete"] is False
-    assert state["missing"] == ["h4"] and state["lost"] == []
-    assert (state["nodes"], state["expected"]) == (3, 4)
+    assert state.complete is False
+    assert state.missing == ("h4",) and state.lost == ()
+    assert (state.nodes, state.expected) == (3, 4)
 
 
 def test_unexpected_live_nodes_are_reported() -> None:
     state = cluster_state(HOSTS[:2], parse_ray_nodes(THREE_ALIVE.read_text()))
-    assert state["complete"] is True and state["unexpected"] == ["10.213.0.13"]
+    assert state.complete is True and state.unexpected == ("10.213.0.13",)
     # A dead stranger is nobody's business.
     dead_stranger = parse_ray_nodes(_compact(("10.213.0.11", True), ("10.213.0.12", True), ("10.9.9.9", False)))
-    assert cluster_state(HOSTS[:2], dead_stranger)["unexpected"] == []
+    assert cluster_state(HOSTS[:2], dead_stranger).unexpected == ()
 
 
 # --- probe_ray_cluster ---------------------------------------------------------------------------------------------
@@ -178,11 +178,11 @@ def _fake_python(directory: Path, body: str) -> list[str]:
     return [str(directory / "ray")]
 
 
-def _cluster(ray_command: list[str], hosts: list[dict[str, str]] = HOSTS) -> dict[str, Any]:
-    return {"group": "serve", "strategy": "ray", "nodes": [{**h, "role": "head" if i == 0 else "worker"}
-                                                           for i, h in enumerate(hosts)],
-            "expected_nodes": len(hosts), "ray_unit": "npuops-demo-ray.service",
-            "ray_address": "10.213.0.11:6379", "ray_command": ray_command}
+def _cluster(ray_command: list[str], hosts: tuple[ClusterNode, ...] = HOSTS, **more: Any) -> ClusterMembership:
+    return ClusterMembership("serve", "ray", 0, "head",
+                             tuple(replace(h, role="head" if i == 0 else "worker") for i, h in enumerate(hosts)),
+                             "h1", len(hosts), ray_unit="npuops-demo-ray.service", ray_address="10.213.0.11:6379",
+                             ray_command=tuple(ray_command), **more)
 
 
 def test_probe_reads_a_recorded_listing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,8 +193,8 @@ def test_probe_reads_a_recorded_listing(tmp_path: Path, monkeypatch: pytest.Monk
                                                           f'cat "{THREE_ALIVE}"\n')
     assert ray_python(ray_command) == str(tmp_path / "venv" / "bin" / "python")
     state = probe_ray_cluster(_cluster(ray_command))
-    assert state == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
-                     "unexpected": [], "nodes": 3, "expected": 3, "address": "10.213.0.11:6379"}
+    assert state.to_json() == {"complete": True, "short": [], "alive": ["h1", "h2", "h3"], "missing": [], "lost": [],
+                               "unexpected": [], "nodes": 3, "expected": 3, "address": "10.213.0.11:6379"}
     args = (tmp_path / "seen.args").read_text().split("\n")
     assert args[0] == "-c" and args[-2] == "10.213.0.11:6379"
     assert (tmp_path / "seen.env").read_text().strip() == "RAY_ADDRESS=unset"
@@ -216,8 +216,8 @@ def test_probe_runs_the_real_script_against_a_stand_in_ray(tmp_path: Path) -> No
         "            for n in table]\n")
     ray_command = _fake_python(tmp_path / "bin", f'PYTHONPATH="{stand_in}" exec "{sys.executable}" "$@"\n')
     state = probe_ray_cluster(_cluster(ray_command))
-    assert "error" not in state, state
-    assert state["alive"] == ["h1", "h3"] and state["missing"] == ["h2"] and state["lost"] == ["h2"]
+    assert state.error is None, state
+    assert state.alive == ("h1", "h3",) and state.missing == ("h2",) and state.lost == ("h2",)
     address, kwargs = json.loads((tmp_path / "init.json").read_text())
     assert address == "10.213.0.11:6379" and kwargs["log_to_driver"] is False
     assert "ray.nodes()" in RAY_NODES_SCRIPT
@@ -228,40 +228,39 @@ def test_probe_names_why_the_head_cannot_be_asked(tmp_path: Path) -> None:
                                                  "echo 'ConnectionError: could not reach GCS at 10.213.0.11:6379' >&2\n"
                                                  "exit 1\n")
     state = probe_ray_cluster(_cluster(ray_command))
-    assert state["complete"] is False
-    assert state["error"] == ("cannot reach the Ray head at 10.213.0.11:6379: "
+    assert state.complete is False
+    assert state.error == ("cannot reach the Ray head at 10.213.0.11:6379: "
                               "ConnectionError: could not reach GCS at 10.213.0.11:6379")
-    assert state["missing"] == ["h1", "h2", "h3"] and state["alive"] == [] and state["nodes"] == 0
+    assert state.missing == ("h1", "h2", "h3",) and state.alive == () and state.nodes == 0
 
 
 def test_probe_without_the_interpreter(tmp_path: Path) -> None:
     state = probe_ray_cluster(_cluster([str(tmp_path / "nowhere" / "ray")]))
-    assert state["complete"] is False
-    assert state["error"] == f"{tmp_path / 'nowhere' / 'python'} does not exist (the Ray venv of the instance)"
+    assert state.complete is False
+    assert state.error == f"{tmp_path / 'nowhere' / 'python'} does not exist (the Ray venv of the instance)"
 
 
 def test_probe_with_unreadable_output(tmp_path: Path) -> None:
     state = probe_ray_cluster(_cluster(_fake_python(tmp_path / "bin", "echo 'Ray is not installed'\n")))
-    assert state["complete"] is False and state["error"] == "the Ray node listing is not JSON"
+    assert state.complete is False and state.error == "the Ray node listing is not JSON"
 
 
 def test_probe_with_malformed_resources_reports_an_error(tmp_path: Path) -> None:
     listing = '[{"address": "10.213.0.11", "alive": true, "resources": {"CPU": null}}]'
     state = probe_ray_cluster(_cluster(_fake_python(tmp_path / "bin", f"echo '{listing}'\n")))
-    assert state["complete"] is False and "error" in state
+    assert state.complete is False and state.error
 
 
 def test_probe_that_hangs_times_out(tmp_path: Path) -> None:
     state = probe_ray_cluster(_cluster(_fake_python(tmp_path / "bin", "exec sleep 30\n")), timeout_s=0.3)
-    assert state["complete"] is False and "did not answer within" in state["error"]
+    assert state.complete is False and "did not answer within" in state.error
 
 
 # --- the start gate ------------------------------------------------------------------------------------------------
 
 
 def _ray_record(tmp_path: Path, role: str = ROLE_ENGINE, **overrides: Any) -> Any:
-    return make_record(tmp_path / "state", role=role, cluster={**_cluster(["/opt/ray/bin/ray"]), "rank": 0,
-                                                               "role": "head"}, **overrides)
+    return make_record(tmp_path / "state", role=role, cluster=_cluster(["/opt/ray/bin/ray"]), **overrides)
 
 
 def check_ray_cluster(record: Any, *, wait_s: float, probe: Any) -> CheckOutcome:
@@ -274,14 +273,18 @@ def check_ray_cluster(record: Any, *, wait_s: float, probe: Any) -> CheckOutcome
         return run_checks([launch_checks.RayCluster], context).outcomes[0]
 
 
-def _fixed_probe(*states: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], Any]:
-    calls: list[Mapping[str, Any]] = []
+def _fixed_probe(*states: RayState) -> tuple[list[ClusterMembership], Any]:
+    calls: list[ClusterMembership] = []
 
-    def probe(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    def probe(cluster: ClusterMembership) -> RayState:
         calls.append(cluster)
-        return dict(states[min(len(calls), len(states)) - 1])
+        return states[min(len(calls), len(states)) - 1]
 
     return calls, probe
+
+
+def _unreachable(error: str) -> RayState:
+    return RayState(complete=False, expected=3, missing=("h1", "h2", "h3"), error=error)
 
 
 def test_gate_passes_a_complete_cluster(tmp_path: Path) -> None:
@@ -309,7 +312,7 @@ def test_gate_fails_naming_the_missing_hosts_and_the_ray_unit(tmp_path: Path) ->
 
 def test_gate_says_when_the_cluster_cannot_be_asked(tmp_path: Path) -> None:
     record = _ray_record(tmp_path)
-    _, probe = _fixed_probe({"complete": False, "missing": ["h1", "h2", "h3"], "error": "python3 does not exist"})
+    _, probe = _fixed_probe(_unreachable("python3 does not exist"))
     outcome = check_ray_cluster(record, wait_s=0, probe=probe)
     assert outcome.result.status is Status.FAIL
     assert outcome.result.message == "the Ray cluster cannot be asked: python3 does not exist"
@@ -335,11 +338,11 @@ def test_gate_waits_for_a_late_worker(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_run_gate_picks_the_checks_by_role(role: str, strategy: str | None, port_free: bool, ray_cluster: bool,
                                            tmp_path: Path, fake_root: Path, closed_port: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    asked, probe = _fixed_probe({"complete": True, "nodes": 2, "expected": 2, "alive": ["h1", "h2"]})
+    asked, probe = _fixed_probe(RayState(complete=True, expected=2, alive=("h1", "h2")))
     monkeypatch.setattr(launch_checks, "probe_ray_cluster", probe)
     monkeypatch.setattr(launch_checks, "RAY_JOIN_WAIT_S", 0.0)
-    cluster = {"strategy": strategy, "ray_unit": "npuops-demo-ray.service"} if strategy == "ray" else (
-        {"strategy": strategy} if strategy else {})
+    cluster = (ClusterMembership.from_json({"strategy": strategy, "ray_unit": "npuops-demo-ray.service"})
+               if strategy == "ray" else ClusterMembership.from_json({"strategy": strategy}) if strategy else None)
     record = make_record(tmp_path / "state", role=role, cluster=cluster, port=closed_port)
     outcomes = run_gate(record, Settings(root=fake_root)).outcomes
     ids = [o.check_id for o in outcomes]
@@ -376,8 +379,7 @@ def test_supervisor_ray_head_is_healthy_while_the_cluster_is_whole(tmp_path: Pat
     assert supervisor._probe(True) == (True, "")
     assert len(calls) == 1  # at most once per cluster_interval_s while all is well
     assert [s.path for s in seen] == ["/health"] * 3
-    assert supervisor._state["cluster"] == {"complete": True, "alive": ["h1", "h2", "h3"], "missing": [],
-                                            "lost": [], "error": None}
+    assert supervisor._state.cluster == cluster_state(HOSTS, parse_ray_nodes(THREE_ALIVE.read_text()))
 
 
 def test_supervisor_ray_head_is_unhealthy_naming_the_lost_host(tmp_path: Path, serve: Serve) -> None:
@@ -388,7 +390,7 @@ def test_supervisor_ray_head_is_unhealthy_naming_the_lost_host(tmp_path: Path, s
     calls, probe = _fixed_probe(lost, lost, whole)
     supervisor = _supervisor(record, cluster_probe=probe, cluster_interval_s=3600)
     assert supervisor._probe(True) == (False, "Ray node(s) lost on h2")
-    assert supervisor._state["cluster"]["lost"] == ["h2"]
+    assert supervisor._state.cluster is not None and supervisor._state.cluster.lost == ("h2",)
     # While a problem stands the cluster is asked on every probe, so recovery is seen at once.
     assert supervisor._probe(True) == (False, "Ray node(s) lost on h2")
     assert supervisor._probe(True) == (True, "")
@@ -398,14 +400,14 @@ def test_supervisor_ray_head_is_unhealthy_naming_the_lost_host(tmp_path: Path, s
 def test_supervisor_ray_head_when_the_cluster_cannot_be_asked(tmp_path: Path, serve: Serve) -> None:
     url, _ = serve({"/health": (200, b"")})
     record = _ray_record(tmp_path, port=_port(url))
-    _, probe = _fixed_probe({"complete": False, "missing": ["h1", "h2", "h3"], "error": "the head is gone"})
+    _, probe = _fixed_probe(_unreachable("the head is gone"))
     healthy, problem = _supervisor(record, cluster_probe=probe)._probe(True)
     assert not healthy and problem == "the Ray cluster cannot be asked (the head is gone)"
 
 
 def test_supervisor_ray_head_without_health_does_not_ask_the_cluster(tmp_path: Path, closed_port: int) -> None:
     record = _ray_record(tmp_path, port=closed_port)
-    calls, probe = _fixed_probe({"complete": True})
+    calls, probe = _fixed_probe(RayState(complete=True, expected=3))
     assert _supervisor(record, cluster_probe=probe, health_timeout_s=1.0)._probe(True) == (
         False, "/health stopped answering")
     assert calls == []
@@ -413,16 +415,17 @@ def test_supervisor_ray_head_without_health_does_not_ask_the_cluster(tmp_path: P
 
 def test_supervisor_dp_leader_never_asks_ray(tmp_path: Path, serve: Serve) -> None:
     url, _ = serve({"/health": (200, b"")})
-    record = make_record(tmp_path / "state", port=_port(url), cluster={"strategy": "dp"})
-    calls, probe = _fixed_probe({"complete": False, "missing": ["h2"]})
+    record = make_record(tmp_path / "state", port=_port(url), cluster=ClusterMembership.from_json({"strategy": "dp"}))
+    calls, probe = _fixed_probe(RayState(complete=False, expected=2, missing=("h2",)))
     assert _supervisor(record, cluster_probe=probe)._probe(True) == (True, "")
     assert calls == []
 
 
 def test_supervisor_headless_engine_is_up_once_settled_without_http(tmp_path: Path, serve: Serve) -> None:
     url, seen = serve({"/health": (200, b"")})
-    record = make_record(tmp_path / "state", role=ROLE_HEADLESS, port=_port(url), cluster={"strategy": "dp"})
-    calls, probe = _fixed_probe({"complete": False})
+    record = make_record(tmp_path / "state", role=ROLE_HEADLESS, port=_port(url),
+                         cluster=ClusterMembership.from_json({"strategy": "dp"}))
+    calls, probe = _fixed_probe(RayState(complete=False, expected=2))
     settling = _supervisor(record, cluster_probe=probe, headless_settle_s=3600)
     assert settling._probe(False) == (False, "the headless engine is starting")
     settled = _supervisor(record, cluster_probe=probe, headless_settle_s=0)
@@ -436,12 +439,13 @@ def test_ray_auth_env_comes_from_the_environment_or_the_env_file(tmp_path: Path)
 
     env_file = tmp_path / "ray.env"
     env_file.write_text('# the instance\'s Ray node environment\nRAY_AUTH_MODE="token"\nRAY_AUTH_TOKEN="t0k"\n')
-    cluster = {"ray_auth": "token", "ray_env_file": str(env_file)}
-    assert ray_auth_env({"ray_auth": "none"}, {}) == {}
+    cluster = _cluster([], ray_auth="token", ray_env_file=str(env_file))
+    assert ray_auth_env(_cluster([], ray_auth="none"), {}) == {}
     assert ray_auth_env(cluster, {}) == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "t0k"}
     # The supervisor has it in its own environment (its env file): that wins, the file is not read.
-    assert ray_auth_env({**cluster, "ray_env_file": "/nonexistent"}, {"RAY_AUTH_TOKEN": "e"})["RAY_AUTH_TOKEN"] == "e"
-    unreadable = ray_auth_env({**cluster, "ray_env_file": str(tmp_path / "missing.env")}, {})
+    from_env = ray_auth_env(replace(cluster, ray_env_file="/nonexistent"), {"RAY_AUTH_TOKEN": "e"})
+    assert isinstance(from_env, dict) and from_env["RAY_AUTH_TOKEN"] == "e"
+    unreadable = ray_auth_env(replace(cluster, ray_env_file=str(tmp_path / "missing.env")), {})
     assert isinstance(unreadable, str) and "cannot read the cluster's Ray token" in unreadable
     env_file.write_text('RAY_AUTH_MODE="token"\n')
     assert "holds no RAY_AUTH_TOKEN" in str(ray_auth_env(cluster, {}))
@@ -454,9 +458,9 @@ def test_the_probe_passes_the_token_in_its_environment_only(tmp_path: Path) -> N
     ray_command = _fake_python(tmp_path / "venv" / "bin", f'printf "%s\\n" "$@" > "{seen}.args"\n'
                                                           f'echo "$RAY_AUTH_MODE $RAY_AUTH_TOKEN" > "{seen}.env"\n'
                                                           f'cat "{THREE_ALIVE}"\n')
-    state = probe_ray_cluster({**_cluster(ray_command), "ray_auth": "token", "ray_env_file": str(env_file)})
-    assert state["complete"] is True
+    state = probe_ray_cluster(_cluster(ray_command, ray_auth="token", ray_env_file=str(env_file)))
+    assert state.complete is True
     assert (tmp_path / "seen.env").read_text().strip() == "token t0k"
     assert "t0k" not in (tmp_path / "seen.args").read_text()
-    failed = probe_ray_cluster({**_cluster(ray_command), "ray_auth": "token", "ray_env_file": str(tmp_path / "x")})
-    assert failed["complete"] is False and "cannot read the cluster's Ray token" in failed["error"]
+    failed = probe_ray_cluster(_cluster(ray_command, ray_auth="token", ray_env_file=str(tmp_path / "x")))
+    assert failed.complete is False and "cannot read the cluster's Ray token" in str(failed.error)

