@@ -55,5 +55,7 @@ export NPUOPS_ENGINE_PYTHON NPUOPS_REQUIRE_ENGINE=${NPUOPS_REQUIRE_ENGINE:-1}
 "$VENV/bin/mypy"
 # The layers (pyproject.toml [tool.importlinter]): nothing imports upward, only the CLI knows click.
 "$VENV/bin/lint-imports"
+# No function over 80 lines, no module over 600 (npuops/, checks/).
+"$VENV/bin/python" scripts/size_rule.py
 # The slowest tests are listed at the end: CI must stay under 30 minutes.
 exec "$VENV/bin/python" -m pytest --durations=15 "$@"

@@ -7,6 +7,18 @@ from typing import TYPE_CHECKING
 
 import click
 
+from npuops.cli.fleet_flags import (
+    ARTIFACTS,
+    FORKS,
+    GROUP,
+    HOSTS,
+    INVENTORY,
+    LIMIT,
+    artifacts_dir,
+    fleet_flags,
+    local_npuops,
+    playbook_progress,
+)
 from npuops.cli.main import load_context_settings
 from npuops.cli.plan_options import declared_type
 from npuops.errors import ExitCode
@@ -60,17 +72,8 @@ def _ids(value: str | None) -> list[str] | None:
                    '\'[{"name": "node-b", "address": "10.0.0.12", "port": 22, "npu_ips": {"0": "29.1.1.12"}}]\' '
                    'or {"ifname": "eth0", "peers": [...]}.')
 # The fleet doctor (-i/--host): the same checks on every host through Ansible, one table.
-@click.option("-i", "--inventory", type=click.Path(path_type=Path),
-              help="Ansible inventory: run the doctor on every host and show one fleet table.")
-@click.option("--host", "fleet_hosts", multiple=True, help="A host to run the doctor on over Ansible (repeatable); "
-              "localhost uses a local connection.")
-@click.option("--limit", "fleet_limit", help="Ansible host pattern to limit the inventory to.")
-@click.option("--group", "fleet_group", help="An inventory group that serves together: only its hosts, and each "
-              "host's network checks get the others as --peers.")
-@click.option("--forks", "fleet_forks", type=click.IntRange(1, 500), default=10, show_default=True,
-              help="Hosts worked on in parallel (with -i/--host).")
-@click.option("--artifacts", "fleet_artifacts", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to keep the Ansible runs' artifacts (with -i/--host).")
+# With --group, only the group's hosts, and each host's network checks get the others as --peers.
+@fleet_flags(INVENTORY, HOSTS, LIMIT, GROUP, FORKS, ARTIFACTS)
 @click.pass_context
 def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, tags: str | None, as_json: bool,
            prometheus: Path | None, explain_id: str | None, list_checks: bool, expect_chips: int | None,
@@ -78,8 +81,8 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, t
            gpu_memory_utilization: float | None, eager: bool, npu_smi: str | None, precision: bool,
            endpoint: str | None, served_model: str | None, golden: Path | None, reference_model: Path | None,
            api_key_file: Path | None, served_dtype: str | None, peers_json: str | None,
-           inventory: Path | None, fleet_hosts: tuple[str, ...],
-           fleet_limit: str | None, fleet_group: str | None, fleet_forks: int, fleet_artifacts: Path | None) -> None:
+           inventory: Path | None, hosts: tuple[str, ...],
+           limit: str | None, group: str | None, forks: int, artifacts: Path | None) -> None:
     """Health checks of this node, each with a verdict and the fix.
 
     --precision runs the level-3 precision checks: the kernels on this node's device in each dtype it supports
@@ -94,9 +97,9 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, t
     Exit 0 when nothing failed (warnings allowed), 1 when a check failed (with -i: or hosts differ, or a host
     gave no report).
     """
-    if inventory is not None or fleet_hosts or fleet_group or fleet_limit:
-        _fleet_doctor(ctx, level=level, as_json=as_json, inventory=inventory, hosts=list(fleet_hosts),
-                      limit=fleet_limit, group=fleet_group, forks=fleet_forks, artifacts=fleet_artifacts,
+    if inventory is not None or hosts or group or limit:
+        _fleet_doctor(ctx, level=level, as_json=as_json, inventory=inventory, hosts=list(hosts),
+                      limit=limit, group=group, forks=forks, artifacts=artifacts,
                       single_host_options={"--only": only, "--skip": skip, "--tag": tags,
                                            "--prometheus": prometheus,
                                            "--explain": explain_id, "--list": list_checks,
@@ -196,12 +199,9 @@ def _fleet_doctor(ctx: click.Context, *, level: int, as_json: bool, inventory: P
                   limit: str | None, group: str | None, forks: int, artifacts: Path | None,
                   single_host_options: dict[str, object]) -> None:
     """`npuops doctor -i INVENTORY` / `--host H`: the fleet doctor (npuops/fleet/doctor.py)."""
-    import os
-
     from npuops.errors import UsageError
     from npuops.fleet.doctor import run_fleet_doctor
-    from npuops.fleet.doctor_text import FleetProgress, render_fleet_doctor_text
-    from npuops.fleet.runner import LOCALHOST, default_artifacts_dir
+    from npuops.fleet.doctor_text import render_fleet_doctor_text
 
     if inventory is not None and hosts:
         raise UsageError("-i/--inventory and --host do not go together", "use one of them")
@@ -212,14 +212,10 @@ def _fleet_doctor(ctx: click.Context, *, level: int, as_json: bool, inventory: P
         raise UsageError(f"{given[0]} does not go with -i/--host (the fleet doctor runs the default checks)",
                          f"run `npuops doctor {given[0]} ...` on the host itself, or leave {given[0]} out")
     settings = load_context_settings(ctx)
-    if artifacts is None:
-        artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
-    # Only when every host is this machine is it right to run this very npuops there.
-    local_only = bool(hosts) and all(h in (LOCALHOST, "127.0.0.1") for h in hosts)
-    command = str(Path(sys.executable).parent / "npuops") if local_only else None
-    report = run_fleet_doctor(inventory=inventory if inventory is not None else hosts, artifacts_dir=artifacts,
-                              limit=limit, level=level, group=group, forks=forks, npuops_command=command,
-                              on_event=FleetProgress(sys.stderr))
+    report = run_fleet_doctor(inventory=inventory if inventory is not None else hosts,
+                              artifacts_dir=artifacts_dir(settings, artifacts), limit=limit, level=level, group=group,
+                              forks=forks, npuops_command=local_npuops(hosts),
+                              on_event=playbook_progress(changed_as_ok=True))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -3,16 +3,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, fleet_flags
 from npuops.cli.main import load_context_settings
 from npuops.cli.plan_options import plan_flags, request_from_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
-
-if TYPE_CHECKING:
-    from npuops.hardware.node import Node
 
 
 @click.command()
@@ -38,12 +36,7 @@ if TYPE_CHECKING:
               help="Run the supervisor in this terminal (no systemd): same gate, health checks and diagnosis.")
 @click.option("--dry-run", is_flag=True, help="Plan and render the files into --output; install nothing.")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path), help="Directory for --dry-run files.")
-@click.option("-i", "--inventory", type=click.Path(path_type=Path),
-              help="Ansible inventory: launch one instance over the hosts of --group (multi-node serving).")
-@click.option("--group", help="With -i: the inventory group that serves; its first host is the Ray head or DP leader.")
-@click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True, help="With -i: hosts at once.")
-@click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
-              help="With -i: where to keep the Ansible runs' artifacts.")
+@fleet_flags(INVENTORY, GROUP, FORKS, ARTIFACTS)
 @click.option("--cluster-wait", "cluster_wait_s", type=click.IntRange(10), default=300, show_default=True,
               help="With -i: seconds to wait for every Ray node to join.")
 @click.option("--ray-node-resources", metavar="JSON",
@@ -84,25 +77,23 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     request = request_from_flags(flags)
     if ray_node_resources is not None and inventory is None:
         raise UsageError("--ray-node-resources is for a group launch", "add -i INVENTORY --group GROUP")
-    if inventory is not None:
-        if foreground or verify:
-            raise UsageError("--foreground and --verify are for one node", "drop them with -i/--group")
-        assert group is not None
-        _launch_group(ctx, settings, name=name, host=host, port=port, api_key_file=api_key_file, vllm_bin=vllm_bin,
-                      service_user=service_user, start_timeout=start_timeout, watchdog_s=watchdog_s, dry_run=dry_run,
-                      output=output, inventory=inventory, group=group, forks=forks, artifacts=artifacts,
-                      cluster_wait_s=cluster_wait_s, as_json=as_json, request=request, extra_env=extra_env,
-                      ray_node_resources=ray_node_resources)
-        return
-    if request.nodes != 1:
-        raise UsageError(f"--nodes {request.nodes} launches one instance over several hosts",
-                         "launch over an inventory group with -i INVENTORY --group GROUP (the group sets the count); "
-                         "`npuops plan --nodes N` shows the plan")
     from npuops.launch.prepare import LaunchChoices
 
     choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
                             service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
                             extra_env=extra_env, foreground=foreground)
+    if inventory is not None:
+        if foreground or verify:
+            raise UsageError("--foreground and --verify are for one node", "drop them with -i/--group")
+        assert group is not None
+        _launch_group(ctx, settings, request, choices, dry_run=dry_run, output=output, inventory=inventory,
+                      group=group, forks=forks, artifacts=artifacts, cluster_wait_s=cluster_wait_s,
+                      ray_node_resources=ray_node_resources, as_json=as_json)
+        return
+    if request.nodes != 1:
+        raise UsageError(f"--nodes {request.nodes} launches one instance over several hosts",
+                         "launch over an inventory group with -i INVENTORY --group GROUP (the group sets the count); "
+                         "`npuops plan --nodes N` shows the plan")
     code = _launch_here(settings, request, choices, dry_run=dry_run, output=output, verify=verify, golden=golden,
                         as_json=as_json)
     if code != ExitCode.OK:
@@ -159,113 +150,37 @@ def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, a
                f"(or let `npuops launch` without --dry-run do it).")
 
 
-def _group_target(settings: Any, flags: dict[str, Any], first_node: Node, nodes: int) -> Any:
-    """The plan's hardware for a serving group: the first host's chips (checked identical on every host), or
-    --hardware."""
-    from npuops.plan.target import cpu_target, parse_hardware_spec, target_from_node
-
-    hardware = str(flags["hardware"]).strip().lower()
-    if hardware == "cpu":
-        host = first_node.host
-        return cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
-                          max(1, len(host.numa_nodes)), nodes=nodes)
-    if hardware != "auto":
-        return parse_hardware_spec(str(flags["hardware"]), nodes=nodes, devices=flags.get("devices"))
-    chips = first_node.chips
-    if not chips:
-        raise EnvironmentMissingError("the group's first host shows no NPU",
-                                      "check it with `npuops node -i INVENTORY`, or pass --hardware (cpu for a "
-                                      "test cluster of CPU engines)")
-    memory_mb = chips[0].device_memory_total_mb
-    return target_from_node(chips[0].smi.name, len(chips), memory_mb * 2**20 if memory_mb else None,
-                            nodes=nodes, devices=flags.get("devices"))
-
-
-def _launch_group(ctx: click.Context, settings: Any, *, name: str, host: str, port: int, api_key_file: Path | None,
-                  vllm_bin: str | None, service_user: str, start_timeout: int | None, watchdog_s: int,
-                  dry_run: bool, output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
-                  cluster_wait_s: int, as_json: bool, request: Any, extra_env: dict[str, str],
-                  ray_node_resources: str | None) -> None:
-    from npuops.fleet.events import PlaybookEvent
-    from npuops.fleet.runner import default_artifacts_dir
-    from npuops.instance.record import MANAGER_SYSTEMD
+def _launch_group(ctx: click.Context, settings: Any, request: Any, choices: Any, *, dry_run: bool,
+                  output: Path | None, inventory: Path, group: str, forks: int, artifacts: Path | None,
+                  cluster_wait_s: int, ray_node_resources: str | None, as_json: bool) -> None:
+    from npuops.cli.fleet_flags import artifacts_dir, playbook_progress
     from npuops.launch.group import (
-        GroupLaunch,
-        check_same_hardware,
+        GroupChoices,
         dump_parts,
-        network_peers,
         parse_ray_resources,
-        render_group,
+        prepare_group,
         render_group_text,
-        resolve_group,
-        run_group_launch,
+        start_group,
     )
-    from npuops.launch.instance_files import LaunchSpec, read_api_key_file
 
-    ray_resources = parse_ray_resources(ray_node_resources)
-    if artifacts is None:
-        artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
-    from npuops.launch.prepare import vllm_executable
-    from npuops.plan.request import plan_request
-
+    resources = parse_ray_resources(ray_node_resources)
     if request.nodes != 1:
         raise UsageError("--nodes comes from the group with -i/--group", "drop --nodes")
-    flags = {"hardware": request.hardware, "devices": request.devices}
-    vllm_bin = vllm_executable(settings, vllm_bin)
-
+    where = GroupChoices(inventory=inventory, group=group, artifacts_dir=artifacts_dir(settings, artifacts),
+                         forks=forks, cluster_wait_s=cluster_wait_s, ray_node_resources=resources)
     # Progress per host and task on stderr, --json or not: stdout keeps the one document.
-    def progress(event: PlaybookEvent) -> None:
-        if event.kind == "task_start":
-            click.echo(f"... {event.task}", err=True)
-        elif event.kind in ("ok", "changed", "failed", "unreachable"):
-            said = f": {event.message.splitlines()[0][:200]}" if event.message and event.kind in (
-                "failed", "unreachable") else ""
-            click.echo(f"  {event.host}: {event.kind}{said}", err=True)
-
-    hosts, nodes = resolve_group(inventory, group, artifacts_dir=artifacts, forks=forks, on_event=progress)
-    ordered = {h.name: nodes[h.name] for h in hosts}
-    if str(flags["hardware"]).strip().lower() == "auto":
-        check_same_hardware(ordered)
-    target = _group_target(settings, flags, ordered[hosts[0].name], len(hosts))
-    plan_result = plan_request(settings, request, target=target)
-    if plan_result.cluster is None:
-        raise UsageError(f"the plan for {plan_result.model.served_name} uses one node of the group",
-                         "launch it on one host without -i, or ask for --multinode dp/ray")
-    api_key = read_api_key_file(api_key_file) if api_key_file else None
-    npuops_command = str(hosts[0].vars.get("npuops_command") or settings.venv / "bin" / "npuops")
-    spec = LaunchSpec(name=name, host=host, port=port, api_key=api_key, service_user=service_user,
-                      vllm_command=(vllm_bin, "serve"), npuops_command=(npuops_command,),
-                      state_dir=settings.state_dir, service_data_root=settings.service_data_root,
-                      manager=MANAGER_SYSTEMD, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
-                      extra_env=extra_env)
-    ray_command = (str(Path(vllm_bin).parent / "ray"),)
-    import secrets
-
-    # A new token per launch: Ray's token authentication, so only the group's own processes join the cluster.
-    parts = render_group(plan_result, spec, hosts, ordered, group=group, ray_command=ray_command,
-                         unit_dir=settings.unit_dir, ray_resources=ray_resources, ray_token=secrets.token_hex(32))
-    launch_state = GroupLaunch(group=group, name=name, plan=plan_result, parts=parts)
-    if host not in ("127.0.0.1", "::1", "localhost") and api_key is None:
-        launch_state.notes.append(f"binding {host} without --api-key-file: anyone who reaches this port can use "
-                                  "the model")
+    progress = playbook_progress(tasks=True)
+    launch, hosts, nodes = prepare_group(settings, request, choices, where, on_event=progress)
     if dry_run:
-        if output is None:
-            raise UsageError("--dry-run needs --output DIR", "add --output DIR")
-        written = dump_parts(parts, output)
+        assert output is not None
+        written = dump_parts(launch.parts, output)
         if as_json:
-            click.echo(json.dumps({**launch_state.to_json(), "dry_run": True, "written": written}, indent=2))
+            click.echo(json.dumps({**launch.to_json(), "dry_run": True, "written": written}, indent=2))
         else:
-            click.echo(render_group_text(launch_state))
+            click.echo(render_group_text(launch))
             click.echo(f"files for each host under {output}/<host>/ (manifest.json gives each file's path there)")
         return
-    launch_state.staging = artifacts / f"staging-{name}-{os.getpid()}"
-    start_wait = start_timeout or max(r.record.timeout_start_s for r in parts)
-    run_group_launch(launch_state, inventory, artifacts_dir=artifacts, forks=forks, service_user=service_user,
-                     cluster_wait_s=cluster_wait_s, ready_wait_s=start_wait,
-                     peers=network_peers(parts, hosts, ordered), on_event=progress)
-    if as_json:
-        click.echo(json.dumps(launch_state.to_json(), indent=2))
-    else:
-        click.echo(render_group_text(launch_state))
-    if not launch_state.ok:
+    start_group(launch, hosts, nodes, choices, where, on_event=progress)
+    click.echo(json.dumps(launch.to_json(), indent=2) if as_json else render_group_text(launch))
+    if not launch.ok:
         ctx.exit(int(ExitCode.CHECKS_FAILED))

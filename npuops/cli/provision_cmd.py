@@ -1,22 +1,27 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from npuops.cli.fleet_flags import (
+    ARTIFACTS,
+    FORKS,
+    HOSTS,
+    INVENTORY,
+    LIMIT,
+    artifacts_dir,
+    fleet_flags,
+    playbook_progress,
+)
 from npuops.cli.main import load_context_settings
 from npuops.errors import ExitCode, UsageError
 
 
 @click.command()
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Ansible inventory: the fleet.")
-@click.option("--host", "hosts", multiple=True,
-              help="A host to provision (repeatable); localhost provisions this machine over a local connection.")
-@click.option("--limit", help="Ansible host pattern to limit the inventory to.")
+@fleet_flags(INVENTORY, HOSTS, LIMIT)
 @click.option("--packages", "packages_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Directory of vendor .run packages (and wheels) with a SHA256SUMS manifest.")
 @click.option("--arch", type=click.Choice(["x86_64", "aarch64"]),
@@ -29,12 +34,11 @@ from npuops.errors import ExitCode, UsageError
               help="Where the vendor installers install [default: /usr/local/Ascend, or the inventory's].")
 @click.option("--check", is_flag=True, help="Show what would change (installers that would run); change nothing.")
 @click.option("--diff", is_flag=True, help="Show the differences in files that change.")
-@click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True, help="Hosts in parallel.")
+@FORKS
 @click.option("--allow-reboot", is_flag=True, help="Reboot hosts that need it after a driver/firmware change.")
 @click.option("--no-hardware-check", is_flag=True,
               help="Waive the preflight check for NPUs on the PCI bus (image builds, tests); nothing else.")
-@click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to keep the Ansible run's artifacts [default: /var/lib/npuops/artifacts as root].")
+@ARTIFACTS
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def provision(ctx: click.Context, /, inventory: Path | None, hosts: tuple[str, ...], limit: str | None,
@@ -46,23 +50,21 @@ def provision(ctx: click.Context, /, inventory: Path | None, hosts: tuple[str, .
 
     Packages are checked against SHA256SUMS before any host is touched. Exit 0 only when every host converged.
     """
-    from npuops.fleet.runner import default_artifacts_dir
     from npuops.provision.run import ProvisionOptions, run_provisioning
-    from npuops.provision.text import Progress, render_report_text
+    from npuops.provision.text import render_report_text
 
     if (inventory is None) == (not hosts):
         raise UsageError("say which hosts: -i INVENTORY or --host HOST (not both)",
                          "e.g. `npuops provision --host localhost --packages DIR`")
     settings = load_context_settings(ctx)
-    if artifacts is None:
-        artifacts = default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
     options = ProvisionOptions(
-        inventory=inventory if inventory is not None else list(hosts), artifacts_dir=artifacts,
+        inventory=inventory if inventory is not None else list(hosts), artifacts_dir=artifacts_dir(settings, artifacts),
         packages_dir=packages_dir, stack=stack,
         tags=tuple(t.strip() for t in tags.split(",") if t.strip()) if tags else (), limit=limit,
         install_path=install_path, check=check, diff=diff, forks=forks, allow_reboot=allow_reboot,
         hardware_check=not no_hardware_check, arch=arch)
-    progress: Progress | None = None if as_json else Progress(sys.stderr)
+    # A change or a failure per host and task: ok results of an idempotent re-run would drown them.
+    progress = playbook_progress(results=("changed", "failed", "unreachable"), quiet=as_json)
     report = run_provisioning(options, on_event=progress)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
+from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, artifacts_dir, fleet_flags, playbook_progress
 from npuops.cli.main import load_context_settings
-from npuops.errors import BadInputError, ExitCode, UsageError
+from npuops.errors import ExitCode, UsageError
 
 
 def _manager(settings: Any) -> Any:
@@ -21,19 +22,7 @@ def _manager(settings: Any) -> Any:
     return service_manager(settings)
 
 
-def group_options(func: Any) -> Any:
-    """-i/--group: run the command on every host of a serving group (a multi-node instance)."""
-    for decorator in reversed([
-        click.option("-i", "--inventory", type=click.Path(path_type=Path),
-                     help="Ansible inventory: act on every host of --group (a multi-node instance)."),
-        click.option("--group", help="With -i: the serving group the instance was launched on."),
-        click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True,
-                     help="With -i: hosts at once."),
-        click.option("--artifacts", type=click.Path(file_okay=False, path_type=Path),
-                     help="With -i: where to keep the Ansible runs' artifacts."),
-    ]):
-        func = decorator(func)
-    return func
+group_options = fleet_flags(INVENTORY, GROUP, FORKS, ARTIFACTS)
 
 
 def _group_call(ctx: click.Context, name: str | None, inventory: Path | None, group: str | None,
@@ -45,18 +34,11 @@ def _group_call(ctx: click.Context, name: str | None, inventory: Path | None, gr
         raise UsageError("-i/--inventory and --group go together", "give both, or neither for this host")
     if not name:
         raise UsageError("a group needs the instance NAME", "add the NAME it was launched with")
-    from npuops.fleet.events import PlaybookEvent
-    from npuops.fleet.runner import default_artifacts_dir
+    from npuops.fleet.progress import PROBLEMS
 
     settings = load_context_settings(ctx)
-    directory = artifacts or default_artifacts_dir(settings.environ, is_root=os.geteuid() == 0)
-
-    def progress(event: PlaybookEvent) -> None:
-        if not as_json and event.kind in ("failed", "unreachable"):
-            click.echo(f"  {event.host}: {event.kind}: {event.message.splitlines()[0][:200] if event.message else ''}",
-                       err=True)
-
-    return settings, directory, progress
+    return settings, artifacts_dir(settings, artifacts), playbook_progress(tasks=False, results=PROBLEMS,
+                                                                            quiet=as_json)
 
 
 @click.command()
@@ -73,8 +55,7 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
     With -i INVENTORY --group GROUP: every host's part of a multi-node instance, the endpoint and the Ray nodes.
     Exit 0 when every instance shown is healthy, 1 otherwise.
     """
-    from npuops.instance.record import list_records, load_record
-    from npuops.instance.status import instance_status, render_status_text
+    from npuops.instance.status import render_status_text, wait_for_statuses
 
     grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
     if grouped is not None:
@@ -87,24 +68,7 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
     settings = load_context_settings(ctx)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            records = [load_record(settings.state_dir, name)] if name else list_records(settings.state_dir)
-            break
-        except BadInputError:
-            # With --wait, an instance whose launch has not written its record yet is waited for too.
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.5)
-    manager = _manager(settings)
-    while True:
-        statuses = [instance_status(r, manager) for r in records]
-        # A stopped instance may be about to start (a boot, a restart): only healthy or failed ends the wait.
-        settled = all(s.state in ("healthy", "failed") for s in statuses)
-        if settled or time.monotonic() >= deadline:
-            break
-        time.sleep(1.0)
+    statuses = wait_for_statuses(settings.state_dir, name, _manager(settings), wait_s)
     if as_json:
         click.echo(json.dumps({"ok": all(s.healthy for s in statuses), "instances": [s.to_json() for s in statuses]},
                               indent=2))
@@ -195,6 +159,7 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bo
     """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs).
 
     With -i INVENTORY --group GROUP: the last lines of every host's units (no --follow)."""
+    from npuops.instance.control import recent_logs
     from npuops.instance.record import MANAGER_SYSTEMD, load_record
 
     if as_json and follow:
@@ -227,17 +192,11 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bo
     settings = load_context_settings(ctx)
     record = load_record(settings.state_dir, name)
     if as_json:
+        logs = recent_logs(record, _manager(settings), lines)
         if record.manager == MANAGER_SYSTEMD:
-            manager = _manager(settings)
-            units = {unit: manager.recent_log(unit, lines) for unit in record.units}
-            click.echo(json.dumps({"name": name, "lines": units.get(record.unit, []), "units": units}))
-            return
+            click.echo(json.dumps({"name": name, "lines": logs.get(record.unit, []), "units": logs}))
         else:
-            try:
-                text = record.engine_log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-            except FileNotFoundError:
-                text = []
-        click.echo(json.dumps({"name": name, "lines": text}))
+            click.echo(json.dumps({"name": name, "lines": logs[str(record.engine_log)]}))
         return
     if record.manager == MANAGER_SYSTEMD:
         argv = _manager(settings).log_command(record.unit, lines, follow)

@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from npuops.doctor.model import Status
 from npuops.fleet.doctor import CLOCK_FAIL_S, CLOCK_WARN_S, FleetDoctorReport, HostDoctor
-from npuops.fleet.events import PlaybookEvent
 from npuops.textout import table
 
 FIX_CLOCK = ("sync every host's clock to the same NTP source (chrony or systemd-timesyncd; "
              "`chronyc tracking` shows the offset)")
 _MARK = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
-
-
-class FleetProgress:
-    """One line per task started and per host result, so a long fleet run shows where it is."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, event: PlaybookEvent) -> None:
-        if event.kind == "task_start":
-            self.out.write(f"... {event.task}\n")
-        elif event.kind in ("ok", "changed", "failed", "unreachable") and event.host:
-            kind = "ok" if event.kind == "changed" else event.kind
-            why = f" ({event.message.splitlines()[0][:160]})" if kind != "ok" and event.message else ""
-            self.out.write(f"  {event.host}: {kind}{why}\n")
-        self.out.flush()
 
 
 def _value(value: str | None) -> str:

@@ -65,3 +65,15 @@ def stop_instance(record: InstanceRecord, manager: SystemdManager) -> bool:
     for unit in reversed(record.units):
         manager.stop(unit, timeout=record.stop_timeout_s + 30)
     return all(manager.state(unit).active_state in ("inactive", "failed") for unit in record.units)
+
+
+def recent_logs(record: InstanceRecord, manager: SystemdManager, lines: int) -> dict[str, list[str]]:
+    """The last `lines` lines of each of the instance's logs on this host: its units' journal (engine first among
+    them, Ray node before), or a foreground run's engine.log."""
+    if record.manager == MANAGER_SYSTEMD:
+        return {unit: manager.recent_log(unit, lines) for unit in record.units}
+    try:
+        text = record.engine_log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    except FileNotFoundError:
+        text = []
+    return {str(record.engine_log): text}

@@ -8,15 +8,24 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from npuops.errors import BadInputError
 from npuops.httpclient import base_url, http_request
 from npuops.instance.control import pid_alive
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager, UnitState
 from npuops.instance.metrics import engine_figures, parse_prometheus
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import MANAGER_SYSTEMD, ClusterNode, InstanceRecord, read_status
+from npuops.instance.record import (
+    MANAGER_SYSTEMD,
+    ClusterNode,
+    InstanceRecord,
+    list_records,
+    load_record,
+    read_status,
+)
 from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
 
@@ -188,6 +197,27 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         exit=replace(done, diagnosis=None, log_tail=(), blocking=()) if done is not None else None,
         cluster=cluster_status(record), role=record.role if record.cluster is not None else None,
     )
+
+
+def wait_for_statuses(state_dir: Path, name: str | None, manager: SystemdManager, wait_s: float = 0.0
+                      ) -> list[InstanceStatus]:
+    """The status of instance `name` (of every instance without a name), waiting up to `wait_s` until each is
+    healthy or failed; an instance whose record a launch has not written yet is waited for too."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            records = [load_record(state_dir, name)] if name else list_records(state_dir)
+            break
+        except BadInputError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+    while True:
+        statuses = [instance_status(r, manager) for r in records]
+        # A stopped instance may be about to start (a boot, a restart): only healthy or failed ends the wait.
+        if all(s.state in ("healthy", "failed") for s in statuses) or time.monotonic() >= deadline:
+            return statuses
+        time.sleep(1.0)
 
 
 def cluster_status(record: InstanceRecord) -> ClusterStatus | None:

@@ -12,22 +12,28 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npuops.errors import BadInputError, EnvironmentMissingError
+from npuops.errors import BadInputError, EnvironmentMissingError, UsageError
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
+from npuops.instance.record import MANAGER_SYSTEMD
 from npuops.instance.status import InstanceStatus
-from npuops.launch.instance_files import LaunchSpec
+from npuops.launch.instance_files import LaunchSpec, read_api_key_file
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
+from npuops.launch.prepare import LaunchChoices, exposure_note, vllm_executable
+from npuops.plan.inputs import PlanRequest
+from npuops.plan.request import plan_request, resolve_target
 from npuops.plan.result import Plan
+from npuops.settings import Settings
 from npuops.wire import WireFormatError
 
 LAUNCH_GROUP_PLAYBOOK = "launch-group.yml"
@@ -206,7 +212,7 @@ def render_group(plan: Plan, spec: LaunchSpec, hosts: Sequence[InventoryHost], n
                  *, group: str, ray_command: tuple[str, ...], unit_dir: Path,
                  ray_resources: Mapping[str, float] | None = None, ray_token: str | None = None) -> list[HostPart]:
     cluster_hosts = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
-    env_files = (ASCEND_ENV_FILE,) if plan.target.kind == "npu" else ()
+    env_files = (ASCEND_ENV_FILE,) if plan.rules.needs_cann else ()
     return render_cluster(plan, spec, cluster_hosts, group=group, ray_command=ray_command, unit_dir=unit_dir,
                           env_files=env_files, ray_resources=ray_resources, ray_token=ray_token)
 
@@ -294,3 +300,61 @@ def dump_parts(parts: Sequence[HostPart], output: Path) -> dict[str, list[str]]:
                           mode=0o644)
         written[part.host.name] = paths
     return written
+
+
+@dataclass(frozen=True)
+class GroupChoices:
+    """Where and how a group instance is launched (`npuops launch -i INVENTORY --group GROUP`)."""
+
+    inventory: Path
+    group: str
+    artifacts_dir: Path
+    forks: int = 10
+    cluster_wait_s: int = 300
+    ray_node_resources: Mapping[str, float] | None = None
+
+
+def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoices, group: GroupChoices, *,
+                  on_event: Callable[[PlaybookEvent], None] | None = None
+                  ) -> tuple[GroupLaunch, list[InventoryHost], dict[str, Node]]:
+    """Plan the group's instance from its hosts' own node models and render every host's files; nothing starts.
+    Returns the launch with its parts, the hosts in order and their node models (for the network check)."""
+    hosts, nodes = resolve_group(group.inventory, group.group, artifacts_dir=group.artifacts_dir, forks=group.forks,
+                                 on_event=on_event)
+    ordered = {h.name: nodes[h.name] for h in hosts}
+    if request.hardware.strip().lower() == "auto":
+        check_same_hardware(ordered)
+    first = ordered[hosts[0].name]
+    sized = replace(request, nodes=len(hosts))
+    plan = plan_request(settings, sized, target=resolve_target(settings, sized, node=first, host=first.host))
+    if plan.cluster is None:
+        raise UsageError(f"the plan for {plan.model.served_name} uses one node of the group",
+                         "launch it on one host without -i, or ask for --multinode dp/ray")
+    api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
+    vllm = vllm_executable(settings, choices.vllm)
+    spec = LaunchSpec(
+        name=choices.name, host=choices.host, port=choices.port, api_key=api_key, service_user=choices.service_user,
+        vllm_command=(vllm, "serve"),
+        npuops_command=(str(hosts[0].vars.get("npuops_command") or settings.venv / "bin" / "npuops"),),
+        state_dir=settings.state_dir, service_data_root=settings.service_data_root, manager=MANAGER_SYSTEMD,
+        start_timeout_s=choices.start_timeout_s, watchdog_s=choices.watchdog_s, extra_env=dict(choices.extra_env))
+    # A new token per launch: Ray's token authentication, so only the group's own processes join the cluster.
+    parts = render_group(plan, spec, hosts, ordered, group=group.group, ray_command=(str(Path(vllm).parent / "ray"),),
+                         unit_dir=settings.unit_dir, ray_resources=group.ray_node_resources,
+                         ray_token=secrets.token_hex(32))
+    launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts)
+    exposed = exposure_note(choices.host, api_key)
+    if exposed:
+        launch.notes.append(exposed)
+    return launch, hosts, ordered
+
+
+def start_group(launch: GroupLaunch, hosts: Sequence[InventoryHost], nodes: Mapping[str, Node],
+                choices: LaunchChoices, group: GroupChoices, *,
+                on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupLaunch:
+    """Copy every host's files and start the units in order (launch-group.yml), waiting for the endpoint."""
+    launch.staging = group.artifacts_dir / f"staging-{launch.name}-{os.getpid()}"
+    ready_wait = choices.start_timeout_s or max(p.record.timeout_start_s for p in launch.parts)
+    return run_group_launch(launch, group.inventory, artifacts_dir=group.artifacts_dir, forks=group.forks,
+                            service_user=choices.service_user, cluster_wait_s=group.cluster_wait_s,
+                            ready_wait_s=ready_wait, peers=network_peers(launch.parts, hosts, nodes), on_event=on_event)

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import Any
 
-from npuops.fleet.events import PlaybookEvent
 from npuops.textout import table
-
-
-class Progress:
-    """One line per host and task that changed or failed, and per task started (the role and task running)."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def __call__(self, event: PlaybookEvent) -> None:
-        if event.kind == "task_start":
-            self.out.write(f"... {event.task}\n")
-        elif event.kind in ("changed", "failed", "unreachable"):
-            what = f" ({event.message.splitlines()[0][:160]})" if event.message and event.kind != "changed" else ""
-            self.out.write(f"  {event.host}: {event.kind}{what}\n")
-        self.out.flush()
 
 
 def _versions(versions: dict[str, Any]) -> str:
