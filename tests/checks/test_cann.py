@@ -21,7 +21,10 @@ from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
 from npuops.hardware.versions import parse_ascend_version
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 CANN_IDS = ("cann-toolkit", "cann-kernels", "nnal-version", "driver-cann-compat")
 ASCEND = "/usr/local/Ascend"

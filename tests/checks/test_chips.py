@@ -27,7 +27,9 @@ from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.paths import REPO
 
 CHIP_IDS = ("chip-health", "chip-temperature", "hbm-free", "chip-health-detail", "chip-ecc")
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"  # NPUs 4-7, pt_main_thread holds 29166 MB on NPU 4

@@ -15,7 +15,10 @@ from npuops.doctor.runner import run_checks
 from npuops.errors import BadInputError
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 ENV_IDS = ("ascend-env", "thread-limits", "launch-blocking-graph", "alloc-conf")
 TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"

@@ -31,7 +31,10 @@ from npuops.hardware.node import discover_node
 from npuops.hardware.npu_smi_detail import parse_npu_smi_topo
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 HOST_IDS = ("cpuset-per-npu", "npu-cpu-affinity", "numa-balancing", "cpu-governor", "swappiness", "shm-size",
             "free-memory", "model-disk", "open-files")

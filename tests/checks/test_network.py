@@ -35,7 +35,9 @@ from npuops.hardware.hccn import parse_hccn_link_stat
 from npuops.hardware.host import NetInterface, read_net_interfaces
 from npuops.hardware.probe import RC_TIMEOUT, CommandResult, Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.paths import REPO
 
 NETWORK_IDS = ("hccn-link", "hccn-net-health", "hccn-ip")
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"  # devices 4-7

@@ -27,36 +27,19 @@ from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.failures import classify_import_failure
-from npuops.hardware.node import InstalledComponent, Node, discover_node
+from npuops.hardware.node import InstalledComponent, Node
 from npuops.hardware.probe import Probe
-from npuops.hardware.python_stack import STACK_DISTRIBUTIONS, PythonStack
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.nodes import ROW_0_13, VENV_PYTHON, bare_node, make_stack
+from tests.support.paths import REPO
 
 STACK_IDS = ("stack-row", "python-version", "torch-npu-cann", "torch-npu-import")
-VENV_PYTHON = "/opt/npuops/venv/bin/python"
-
-# Row 0.13.0 as a node carries it: torch from the CPU index and vllm built with VLLM_TARGET_DEVICE=empty.
-ROW_0_13 = {"torch": "2.8.0+cpu", "torch_npu": "2.8.0.post2", "vllm": "0.13.0+empty", "vllm_ascend": "0.13.0",
-            "triton_ascend": "3.2.0"}
 
 
 # --- building contexts ------------------------------------------------------------------------------------------
-
-
-def make_stack(versions: dict[str, str] | None = None, python: str = "3.11.7", executable: str = VENV_PYTHON,
-               error: str | None = None) -> PythonStack:
-    full: dict[str, str | None] = {c: None for c in STACK_DISTRIBUTIONS}
-    full.update(versions or {})
-    dists = {c: c.replace("_", "-") for c, v in full.items() if v is not None}
-    return PythonStack(python, executable, full, dists, error)
-
-
-def bare_node(root: Path, machine: str = "x86_64", npu_smi: str | None = None) -> Node:
-    """The node an empty (or prepared) root tree gives, without running any real command."""
-    answers: dict[tuple[str, ...], tuple[int, str, str]] = {("npu-smi", "info"): (0, npu_smi, "")} if npu_smi else {}
-    probe = Probe(Settings(root=root), runner=FakeRunner(answers, passthrough_python=False), machine=lambda: machine)
-    return discover_node(probe)
 
 
 def with_cann(node: Node, version: str | None) -> Node:

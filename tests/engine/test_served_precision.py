@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.engine.conftest import EngineProcess, engine_env, free_port, make_model, short_tmp_dir
-from tests.engine.test_supervised import PLAN_FLAGS, npuops_argv, wait_for
+from tests.support.engine import EngineProcess, engine_env, make_model, short_tmp_dir
+from tests.support.http_server import free_port
+from tests.support.npuops_cli import npuops_argv
+from tests.support.paths import REPO
+from tests.support.workspace import PLAN_FLAGS, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -28,8 +28,10 @@ from npuops.instance.ray import RayState
 from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership
 from npuops.service.gate import gate_checks, run_gate
 from npuops.settings import Settings
-from tests.conftest import REPO, capture, write_fake_tool
-from tests.service.instance_records import make_record
+from tests.support.captures import capture
+from tests.support.fake_commands import write_fake_tool
+from tests.support.instance_records import make_record
+from tests.support.paths import REPO
 
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"
 MODEL = REPO / "tests" / "fixtures" / "models" / "qwen3-8b"

@@ -42,9 +42,10 @@ from npuops.precision.operators import (
     suite_source,
 )
 from npuops.settings import Settings
-from tests.checks.test_stack import ROW_0_13, bare_node, make_stack
-from tests.conftest import FIXTURES, REPO, capture
-from tests.engine.conftest import ENGINE_PYTHON_ENV, REQUIRE_ENGINE_ENV
+from tests.support.captures import capture
+from tests.support.engine import ENGINE_PYTHON_ENV, REQUIRE_ENGINE_ENV
+from tests.support.nodes import ROW_0_13, bare_node, make_stack
+from tests.support.paths import FIXTURES, REPO
 
 PRECISION_FIXTURES = FIXTURES / "precision"
 CORRECT = "op-suite-cpu-torch2.13.json"

@@ -37,9 +37,9 @@ from npuops.service.gate import run_gate
 from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions
 from npuops.settings import Settings
-from tests.conftest import FIXTURES
-from tests.service.conftest import Serve
-from tests.service.instance_records import make_record
+from tests.support.http_server import Serve
+from tests.support.instance_records import make_record
+from tests.support.paths import FIXTURES
 
 RAY_FIXTURES = FIXTURES / "ray"
 THREE_ALIVE = RAY_FIXTURES / "ray-nodes_3-nodes-alive.json"
