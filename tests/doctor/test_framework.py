@@ -114,7 +114,7 @@ def test_a_crashing_check_becomes_error_and_the_others_still_run(tmp_path: Path)
     by_id = {o.check_id: o for o in report.outcomes}
     assert by_id["test-passing"].result.status is Status.PASS
     crashed = by_id["test-crashing"].result
-    assert crashed.status is Status.ERROR and "KeyError" in crashed.message and crashed.remediation
+    assert crashed.status is Status.ERROR and crashed.evidence["exception"] == "KeyError" and crashed.remediation
     assert by_id["test-failing"].result.status is Status.FAIL
     assert not report.ok
     # failures first, grouped by area
