@@ -103,7 +103,8 @@ def test_the_gate_passes_a_healthy_chip_it_uses_and_ignores_the_sick_one_it_does
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["hbm-free"]["status"] == "pass"
     # The sick chip is someone else's problem: a warning, not a refusal.
-    assert checks["chip-health"]["status"] == "warn" and "not used by this launch" in checks["chip-health"]["message"]
+    assert checks["chip-health"]["status"] == "warn"
+    assert [(p["npu_id"], p["in_launch"]) for p in checks["chip-health"]["evidence"]["problems"]] == [(4, False)]
     # This fake node has no driver or CANN installed: those refuse, as they would on a bare node.
     assert "driver-installed" in report["blocking"] and "chip-health" not in report["blocking"]
 
