@@ -57,7 +57,11 @@ def test_vllm_agrees_with_transformers_and_noise_is_caught(running_engine: Engin
     noisy = make_model(engine_python, tmp_path / "noisy", noise=0.05)
     caught = doctor(env, "--endpoint", url, "--reference-model", str(noisy))
     assert caught["status"] == "fail", caught["message"]
-    assert "agreement" in str(caught["message"]) or "logprob difference" in str(caught["message"])
+    found = caught["evidence"]
+    assert isinstance(found, dict)
+    # The noise shows as a bound the comparison broke: agreement below its floor or a logprob difference above its cap.
+    assert (found["agreement"] < found["bounds"]["min_agreement"]
+            or found["max_logprob_diff"] > found["bounds"]["max_logprob_diff"]), found
     assert caught["remediation"]
 
 
