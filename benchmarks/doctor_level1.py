@@ -24,7 +24,8 @@ from npuops.doctor.registry import discover_checks, select_checks  # noqa: E402
 from npuops.doctor.runner import run_checks  # noqa: E402
 from npuops.hardware.probe import Probe  # noqa: E402
 from npuops.settings import Settings  # noqa: E402
-from tests.conftest import capture, write_fake_tool  # noqa: E402
+from tests.support.captures import capture  # noqa: E402
+from tests.support.fake_commands import write_fake_tool  # noqa: E402
 
 
 def one_run(bin_dir: Path, root: Path, workers: int) -> float:

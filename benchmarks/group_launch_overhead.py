@@ -1,6 +1,6 @@
 """Time to a healthy endpoint on two hosts: `npuops launch -i INV --group` (data parallel) versus the engines by hand.
 
-Two real SSH test hosts (tests/provision/ssh_hosts.py: network namespaces with their own sshd, /etc, /var and /run;
+Two real SSH test hosts (tests/support/ssh_hosts.py: network namespaces with their own sshd, /etc, /var and /run;
 needs root) serve the tiny demo model (npuops.demo_model) with vLLM's native data parallel -- a leader (API server,
 rank 0) on the first host and a `--headless` follower (rank 1) on the second -- on the real vLLM CPU engine from the
 engine venv (scripts/engine-venv.sh; NPUOPS_ENGINE_PYTHON, else ~/.cache/npuops/engine-venv/bin/python):
@@ -57,7 +57,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from npuops.envfile import parse_env_file  # noqa: E402
-from tests.provision.ssh_hosts import FleetSetupError, TestFleet, ensure_prerequisites, start_hosts  # noqa: E402
+from tests.support.ssh_hosts import FleetSetupError, TestFleet, ensure_prerequisites, start_hosts  # noqa: E402
 
 NAME = "bench-dp"
 GROUP = "fleet"

@@ -1,7 +1,7 @@
 """Idempotent `npuops provision` re-runs: npuops versus `ansible-playbook` run directly, and 3 hosts versus 1.
 
-Part 1, localhost. The target is this machine with every path in a temp dir (tests/provision/test_provision_local.py's
-`Target`), provisioned with the vendor-style `.run` installers the tests build (tests/provision/vendor_installers.py,
+Part 1, localhost. The target is this machine with every path in a temp dir (tests/support/provision_target.py's
+`Target`), provisioned with the vendor-style `.run` installers the tests build (tests/support/vendor_installers.py,
 needs makeself). It is converged once first (driver and firmware -> "reboot" by a new boot id -> CANN, environment,
 tuning, the doctor), then idempotent re-runs of the roles preflight,driver,cann,environment,tuning,verify are timed:
 
@@ -16,7 +16,7 @@ A B A B ... so drift on a noisy machine hits both; the ratio of the medians is w
 time: its ansible-runner run (duration_s) versus the rest (interpreter, imports, checksums); its artifacts give the
 time per role.
 
-Part 2, parallel scaling (needs root: tests/provision/ssh_hosts.py starts 3 SSH hosts in namespaces with overlays, so
+Part 2, parallel scaling (needs root: tests/support/ssh_hosts.py starts 3 SSH hosts in namespaces with overlays, so
 the installers write the real /usr/local/Ascend inside each host's overlay -- hence NPUOPS_TEST_ALLOW_REAL_PATHS=1 in
 npuops_installer_environment, with TMPDIR=/var/tmp, each host's own, for makeself to extract into). The CANN packages
 only (toolkit, kernels, NNAL; --tags preflight,cann,environment, --forks 3) are provisioned on 1 host and on 3 hosts,
@@ -51,9 +51,10 @@ sys.path.insert(0, str(REPO))
 
 from npuops.fleet.runner import BASE_ENVVARS, resolve_playbook  # noqa: E402
 from npuops.provision.run import ProvisionOptions, build_extravars, plan_provision  # noqa: E402
-from tests.provision.ssh_hosts import FleetSetupError, TestFleet, ensure_prerequisites, start_hosts  # noqa: E402
-from tests.provision.test_provision_local import CANN, NOT_PYTHON, Target, package_dir  # noqa: E402
-from tests.provision.vendor_installers import build_package_set, makeself_available  # noqa: E402
+from tests.support.npuops_cli import package_dir  # noqa: E402
+from tests.support.provision_target import CANN, NOT_PYTHON, Target  # noqa: E402
+from tests.support.ssh_hosts import FleetSetupError, TestFleet, ensure_prerequisites, start_hosts  # noqa: E402
+from tests.support.vendor_installers import build_package_set, makeself_available  # noqa: E402
 
 LOCAL_TAGS = NOT_PYTHON  # preflight,driver,cann,environment,tuning,verify
 FLEET_TAGS = "preflight,cann,environment"

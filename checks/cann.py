@@ -73,7 +73,7 @@ def _unreadable(component: InstalledComponent, what: str, fix: str) -> Result | 
     error = component.details.get("error")
     if not error:
         return None
-    return Result.fail(f"{what} file {component.path} is unreadable: {error}", fix, path=component.path)
+    return Result.fail(f"{what} file {component.path} is unreadable: {error}", fix, path=component.path, error=error)
 
 
 class CannToolkit(Check):

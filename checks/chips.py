@@ -81,7 +81,7 @@ class ChipHealth(Check):
             return Result.passed(f"all {len(ctx.node.chips)} chip(s) report health OK", **evidence)
         described = "; ".join(f"{chip_label(c)} is {c.smi.health!r}"
                               + ("" if c.device_id in selected else " (not used by this launch)") for c, _ in bad)
-        problems = [{**chip_ref(c), "health": c.smi.health} for c, _ in bad]
+        problems = [{**chip_ref(c), "health": c.smi.health, "in_launch": c.device_id in selected} for c, _ in bad]
         failing = [c for c, status in bad if status is Status.FAIL]
         if failing:
             return Result.fail(described, _out_of_service_fix(failing), problems=problems, **evidence)

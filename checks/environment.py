@@ -46,33 +46,38 @@ class AscendEnv(Check):
         cann = node.cann
         if not cann.toolkit.installed:
             return Result.skip(f"CANN is not installed (no {cann.toolkit.path}): no environment to point at it",
-                               "install CANN first: `npuops provision --tags cann`")
+                               "install CANN first: `npuops provision --tags cann`", toolkit_path=cann.toolkit.path)
         env = ctx.service_env()
         problems: list[str] = []
+        kinds: list[str] = []  # one per problem, for whoever reads the evidence rather than the words
         evidence: dict[str, Any] = {"env_source": ctx.env_source}
+
+        def problem(kind: str, text: str) -> None:
+            kinds.append(kind)
+            problems.append(text)
 
         home_var = "ASCEND_HOME_PATH" if env.get("ASCEND_HOME_PATH") else "ASCEND_TOOLKIT_HOME"
         home = env.get(home_var, "")
         evidence["ascend_home"] = home or None
         if not home:
-            problems.append("ASCEND_HOME_PATH (or ASCEND_TOOLKIT_HOME) is not set")
+            problem("home-unset", "ASCEND_HOME_PATH (or ASCEND_TOOLKIT_HOME) is not set")
         elif not ctx.probe.exists(home):
-            problems.append(f"{home_var}={home} does not exist")
+            problem("home-missing", f"{home_var}={home} does not exist")
 
         ld_path = split_path_list(env.get("LD_LIBRARY_PATH", ""))
         evidence["ld_library_path"] = ld_path
         unexpanded = [e for e in ld_path if "$" in e]
         if unexpanded and ctx.options.env_file:
             # systemd reads EnvironmentFile= values literally: "$LD_LIBRARY_PATH" stays those characters.
-            problems.append(f"LD_LIBRARY_PATH has unexpanded {', '.join(unexpanded)} (systemd does not expand "
+            problem("unexpanded", f"LD_LIBRARY_PATH has unexpanded {', '.join(unexpanded)} (systemd does not expand "
                             "variables in an env file)")
         if home and not self._on_path(ctx, f"{home.rstrip('/')}/lib64", ld_path):
-            problems.append(f"LD_LIBRARY_PATH lacks the toolkit's {home.rstrip('/')}/lib64")
+            problem("toolkit-lib64", f"LD_LIBRARY_PATH lacks the toolkit's {home.rstrip('/')}/lib64")
 
         if cann.nnal.installed:
             nnal_root = f"{str(ctx.settings.ascend_root).rstrip('/')}/nnal/atb"
             if not any(os.path.normpath(e).startswith(nnal_root + "/") for e in ld_path):
-                problems.append(f"LD_LIBRARY_PATH has no NNAL/ATB directory under {nnal_root} (libatb.so)")
+                problem("nnal", f"LD_LIBRARY_PATH has no NNAL/ATB directory under {nnal_root} (libatb.so)")
 
         driver_dirs, driver_note = self._driver_dirs(ctx)
         evidence["driver_lib_dirs"] = driver_dirs
@@ -81,16 +86,17 @@ class AscendEnv(Check):
         if driver_dirs:
             configured = self._ld_so_conf_dirs(ctx)
             if not any(self._on_path(ctx, d, ld_path) or d in configured for d in driver_dirs):
-                problems.append(f"neither LD_LIBRARY_PATH nor /etc/ld.so.conf.d has the driver's {driver_dirs[0]}")
+                problem("driver", f"neither LD_LIBRARY_PATH nor /etc/ld.so.conf.d has the driver's {driver_dirs[0]}")
 
         if problems:
             scripts = " and ".join(cann.set_env_scripts) or "the CANN set_env.sh scripts"
             fix = (_how_to_set(ctx, "ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH and LD_LIBRARY_PATH as "
                                     f"{scripts} set them (`bash -c 'source SCRIPT && env'` shows the values), plus "
                                     "the driver's lib64/driver and lib64/common on LD_LIBRARY_PATH"))
-            return Result.fail("; ".join(problems), fix, problems=problems, **evidence)
+            return Result.fail("; ".join(problems), fix, problems=problems, problem_kinds=kinds, **evidence)
         return Result.passed(f"{home_var}={home}; LD_LIBRARY_PATH has the toolkit, "
-                             f"{'NNAL, ' if cann.nnal.installed else ''}and driver libraries", **evidence)
+                             f"{'NNAL, ' if cann.nnal.installed else ''}and driver libraries", home_var=home_var,
+                             nnal=cann.nnal.installed, **evidence)
 
     @staticmethod
     def _on_path(ctx: CheckContext, wanted: str, entries: list[str]) -> bool:

@@ -218,7 +218,8 @@ class CpuGovernor(Check):
                 governors.setdefault(text.strip() or "?", []).append(int(name[3:]))
         if not governors:
             return Result.skip("no cpufreq scaling governors (a VM, or firmware that owns the clock)",
-                               "nothing to do here; set the BIOS power policy to performance on bare metal")
+                               "nothing to do here; set the BIOS power policy to performance on bare metal",
+                               governors={})
         counts = {g: len(cpus) for g, cpus in sorted(governors.items())}
         others = {g: sorted(c) for g, c in governors.items() if g != "performance"}
         if not others:
@@ -334,7 +335,8 @@ class FreeMemory(Check):
         available, total = host.memory_available_bytes, host.memory_total_bytes
         floor = int(ctx.threshold("memory_available_min_bytes"))
         fraction = float(ctx.threshold("memory_available_warn_fraction"))
-        evidence: dict[str, Any] = {"available_bytes": available, "total_bytes": total, "min_bytes": floor}
+        evidence: dict[str, Any] = {"available_bytes": available, "total_bytes": total, "min_bytes": floor,
+                                    "warn_fraction": fraction}
         if available is None:
             return Result.skip("MemAvailable is not in /proc/meminfo (kernel older than 3.14 or /proc not mounted)",
                                "check memory by hand with `free -g`", **evidence)
@@ -370,10 +372,11 @@ class ModelDisk(Check):
         shown, path = model
         if not path.exists():
             return Result.fail(f"model directory {shown} does not exist",
-                               f"download the model to {shown}, or pass the directory it is in", model_dir=shown)
+                               f"download the model to {shown}, or pass the directory it is in", model_dir=shown,
+                               exists=False)
         if not path.is_dir():
             return Result.fail(f"{shown} is not a directory", "pass the directory that holds config.json and the "
-                               "weights", model_dir=shown)
+                               "weights", model_dir=shown, is_dir=False)
         weights = model_weights(path)
         need = int(ctx.threshold("model_disk_min_free_bytes"))
         try:

@@ -120,7 +120,7 @@ def wait_for_ray_cluster(record: InstanceRecord, cluster: ClusterMembership, *, 
          else f"the Ray nodes of {missing} offer less than {dict(cluster.ray_resources)}"),
         f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
         f"{cluster.ray_address} (`npuops doctor -i INVENTORY --group {cluster.group}` checks the network between the "
-        "hosts)", missing=list(state.missing), address=state.address)
+        "hosts)", missing=list(state.missing), short=list(state.short), error=state.error, address=state.address)
 
 
 class RayCluster(InstanceCheck):

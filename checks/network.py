@@ -69,7 +69,7 @@ def _nic_chips(ctx: CheckContext) -> list[Chip] | Result:
         families = sorted({c.family for c in chips if c.family})
         return Result.skip(f"{', '.join(families)} chips have no NPU NICs (multi-node HCCL over RoCE needs A2/A3)",
                            f"{_SINGLE_NODE}; multi-node serving needs 910B (A2) or 910C (A3) nodes",
-                           chips=[c.smi.name for c in chips])
+                           chips=[c.smi.name for c in chips], families=families)
     return with_nic
 
 
@@ -77,7 +77,7 @@ def _no_hccn_tool(tool: str) -> Result:
     # Before any NIC is judged: no hccn_tool means this node was not set up for multi-node serving.
     return Result.skip(f"`{tool}` is not installed: only multi-node serving uses the NPU NICs",
                        f"{_SINGLE_NODE}; for multi-node, install the driver's tools (hccn_tool ships in "
-                       "/usr/local/Ascend/driver/tools) or mount that directory into the container")
+                       "/usr/local/Ascend/driver/tools) or mount that directory into the container", tool=tool)
 
 
 def _first_line(result: CommandResult) -> str:
@@ -311,9 +311,9 @@ _NO_PEERS_FIX = ("for a multi-node launch, run `npuops doctor --level 2 --peers 
 def _no_peers(group: PeerGroup | None) -> Result | None:
     if group is None:
         return Result.skip("no --peers given: the network between the hosts of a serving group needs their addresses",
-                           _NO_PEERS_FIX)
+                           _NO_PEERS_FIX, peers=None)
     if not group.peers:
-        return Result.skip("--peers lists no other host", _NO_PEERS_FIX)
+        return Result.skip("--peers lists no other host", _NO_PEERS_FIX, peers=[])
     return None
 
 
@@ -518,12 +518,14 @@ def _source_interface(group: PeerGroup, interfaces: tuple[NetInterface, ...]) ->
            f"(this host has: {have}); `ip -br addr` lists them")
     interface = next((i for i in interfaces if i.name == group.ifname), None)
     if interface is None:
-        return Result.fail(f"no interface {group.ifname!r} on this host", fix, ifname=group.ifname)
+        return Result.fail(f"no interface {group.ifname!r} on this host", fix, ifname=group.ifname,
+                           interface_state="missing")
     if not interface.up:
         return Result.fail(f"interface {interface.name} is down", f"bring it up (`ip link set {interface.name} up`) "
-                           "or " + fix, ifname=interface.name)
+                           "or " + fix, ifname=interface.name, interface_state="down")
     if not interface.ipv4:
-        return Result.fail(f"interface {interface.name} has no IPv4 address", fix, ifname=interface.name)
+        return Result.fail(f"interface {interface.name} has no IPv4 address", fix, ifname=interface.name,
+                           interface_state="no-ipv4")
     source = interface.ipv4[0].split("/")[0]
     return source, f"{interface.name} ({source})"
 

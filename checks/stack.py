@@ -176,11 +176,11 @@ def _no_stack(stack: PythonStack) -> Result | None:
     where = stack.executable or "the stack interpreter"
     if stack.error:
         return Result.skip(f"cannot read the Python stack of {where}: {stack.error}",
-                           "see `npuops doctor --only stack-row`")
+                           "see `npuops doctor --only stack-row`", executable=stack.executable, error=stack.error)
     if stack.version("torch_npu") is None and stack.version("vllm_ascend") is None:
         return Result.skip(f"no NPU Python stack in {where} (neither torch_npu nor vllm-ascend is installed)",
                            f"install the serving stack: {PROVISION_PYTHON}, or point npuops at its interpreter "
-                           "(NPUOPS_STACK_PYTHON=/path/to/venv/bin/python)")
+                           "(NPUOPS_STACK_PYTHON=/path/to/venv/bin/python)", executable=stack.executable)
     return None
 
 
@@ -204,7 +204,7 @@ class StackRowCheck(Check):
             return Result.fail(f"cannot read the Python stack: {stack.error}",
                                "check the serving interpreter (NPUOPS_STACK_PYTHON, or the venv "
                                f"{ctx.settings.venv}/bin/python) runs; recreate it with {PROVISION_PYTHON}",
-                               executable=stack.executable)
+                               executable=stack.executable, error=stack.error)
         skipped = _no_stack(stack)
         if skipped is not None:
             return skipped
@@ -231,6 +231,7 @@ class StackRowCheck(Check):
         fix = (f"install row {closest.row.name} as one unit: {install_command(closest.differences)} "
                f"(then `pip check`), or {PROVISION_PYTHON}")
         torch_ok = self._torch_pair_ok(versions)
+        evidence["torch_pair_ok"] = torch_ok
         if plugin is not None and not known_plugin and torch_ok and self._newer_than(plugin, compat.rows[0]):
             # A release after npuops' table was written: npuops cannot judge it, the operator can.
             return Result.warn(f"vllm-ascend {plugin} is newer than every row of npuops' compat table; the closest "
@@ -347,7 +348,8 @@ class TorchNpuCann(Check):
         torch_npu = stack.version("torch_npu")
         if stack.error or torch_npu is None:
             why = stack.error or f"torch_npu is not installed in {stack.executable}"
-            return Result.skip(f"no torch_npu to compare ({why})", f"install the serving stack: {PROVISION_PYTHON}")
+            return Result.skip(f"no torch_npu to compare ({why})", f"install the serving stack: {PROVISION_PYTHON}",
+                               torch_npu=torch_npu, error=stack.error)
         toolkit = node.cann.toolkit
         if not toolkit.installed or toolkit.version is None:
             return Result.skip(f"CANN is not installed (no {toolkit.path})", f"install CANN: {PROVISION_CANN}",
@@ -438,13 +440,14 @@ class TorchNpuImport(Check):
         stack = node.python_stack
         if stack.error or stack.version("torch_npu") is None:
             why = stack.error or f"torch_npu is not installed in {stack.executable}"
-            return Result.skip(f"nothing to import ({why})", f"install the serving stack: {PROVISION_PYTHON}")
+            return Result.skip(f"nothing to import ({why})", f"install the serving stack: {PROVISION_PYTHON}",
+                               torch_npu=stack.version("torch_npu"), error=stack.error)
         python = stack_interpreter(ctx.probe)
         env, autoload_disabled = service_process_env(ctx.service_env())
         timeout = float(ctx.threshold("torch_npu_import_timeout_s"))
         result = ctx.probe.runner.run((python, "-c", IMPORT_SCRIPT), timeout=timeout, env=env)
         evidence: dict[str, Any] = {"python": python, "env_source": ctx.env_source, "returncode": result.returncode,
-                                    "duration_s": round(result.duration_s, 2)}
+                                    "duration_s": round(result.duration_s, 2), "timeout_s": timeout}
         if autoload_disabled:
             evidence["note"] = "TORCH_DEVICE_BACKEND_AUTOLOAD removed for the probe so the real failure shows"
         if result.returncode == RC_TIMEOUT and result.error:
@@ -465,7 +468,8 @@ class TorchNpuImport(Check):
         if mismatch is not None:
             wheel, chips = mismatch
             return Result.fail(f"vllm-ascend was built for {wheel} but the chips are {chips} (the engine would stop "
-                               f"with \"{DEVICE_TYPE_MESSAGE}\")", DEVICE_TYPE_FIX, kind="device-type", **evidence)
+                               f"with \"{DEVICE_TYPE_MESSAGE}\")", DEVICE_TYPE_FIX, kind="device-type",
+                               built_for=wheel, chip_family=chips, **evidence)
         count = info.get("device_count")
         seen = f", {count} device(s) visible" if isinstance(count, int) else ""
         return Result.passed(f"torch_npu {info.get('torch_npu') or stack.version('torch_npu')} imports{seen}",

@@ -1,76 +1,40 @@
-"""Shared test helpers: real captures, a fake runner, a fake npu-smi on PATH, a fake host tree."""
+"""Fixtures for every test: a fake host tree, the SSH test fleet. The helpers they call live in tests/support/."""
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from npuops.hardware.probe import RC_NOT_FOUND, CommandResult
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures"
-ASCEND_FIXTURES = FIXTURES / "ascend"
-
-
-def capture(name: str) -> str:
-    """A real capture without its `# source:` line."""
-    text = (ASCEND_FIXTURES / name).read_text(encoding="utf-8")
-    first, _, rest = text.partition("\n")
-    assert first.startswith("# source:"), f"{name} lacks its source line"
-    return rest
-
-
-class FakeRunner:
-    """Answers commands from a table {argv-prefix tuple: CommandResult-ish}; anything else is 'not found'."""
-
-    def __init__(self, answers: Mapping[tuple[str, ...], tuple[int, str, str]] | None = None,
-                 passthrough_python: bool = True) -> None:
-        self.answers = dict(answers or {})
-        self.calls: list[tuple[str, ...]] = []
-        self.passthrough_python = passthrough_python
-
-    def run(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None) -> CommandResult:
-        key = tuple(argv)
-        self.calls.append(key)
-        # The longest matching prefix wins, so a per-chip query is not shadowed by ("npu-smi", "info").
-        for prefix, (rc, out, err) in sorted(self.answers.items(), key=lambda item: -len(item[0])):
-            if key[: len(prefix)] == prefix:
-                return CommandResult(key, rc, out, err, 0.0)
-        if self.passthrough_python and key and key[0] == sys.executable:
-            from npuops.hardware.probe import SubprocessRunner
-
-            return SubprocessRunner(os.environ.get("PATH", ""), dict(os.environ)).run(key, timeout=timeout)
-        return CommandResult(key, RC_NOT_FOUND, "", "", 0.0, f"{key[0]}: command not found")
-
-
-def write_fake_tool(bin_dir: Path, name: str, stdout: str, rc: int = 0) -> Path:
-    """An executable that replays a recorded output, for end-to-end tests of the CLI."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    payload = bin_dir / f".{name}.out"
-    payload.write_text(stdout, encoding="utf-8")
-    script = bin_dir / name
-    script.write_text(f"#!/bin/sh\ncat '{payload}'\nexit {rc}\n", encoding="utf-8")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return script
+from tests.support.host_tree import make_host_tree
+from tests.support.ssh_hosts import FleetSetupError, TestFleet, require_fleets, start_hosts
 
 
 @pytest.fixture
 def fake_root(tmp_path: Path) -> Path:
     """An empty host tree (root for Settings) with the directories npuops reads."""
-    root = tmp_path / "root"
-    for d in ("dev", "proc/self", "proc/sys/kernel", "sys/devices/system/cpu", "sys/devices/system/node",
-              "sys/bus/pci/devices", "etc", "usr/local/Ascend"):
-        (root / d).mkdir(parents=True, exist_ok=True)
-    return root
+    return make_host_tree(tmp_path / "root")
 
 
-def put(root: Path, path: str, text: str) -> Path:
-    target = root / path.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    return target
+@pytest.fixture
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., TestFleet]]:
+    """A factory: `fleet = ssh_fleet(3)` (or `ssh_fleet(2, overlay=False)`). Every fleet it started is closed
+    after the test (and close() checks that nothing is left). Skips or fails as `require_fleets` says."""
+    require_fleets()
+    fleets: list[TestFleet] = []
+
+    def start(n: int = 3, *, overlay: bool = True) -> TestFleet:
+        fleet = start_hosts(n, tmp_path_factory.mktemp("ssh-fleet"), overlay=overlay)
+        fleets.append(fleet)
+        return fleet
+
+    yield start
+    errors = []
+    for fleet in reversed(fleets):
+        try:
+            fleet.close()
+        except FleetSetupError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise FleetSetupError("; ".join(errors))

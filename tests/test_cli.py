@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from npuops.cli.main import COMMANDS
-from tests.conftest import REPO, capture, write_fake_tool
+from tests.support.captures import capture
+from tests.support.fake_commands import write_fake_tool
+from tests.support.paths import REPO
 
 HEAVY = ("torch", "vllm", "ansible_runner", "jinja2", "torch_npu", "ansible")
 

@@ -24,7 +24,7 @@ from npuops.hardware.host import (
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
 from npuops.settings import Settings
-from tests.conftest import put
+from tests.support.host_tree import put
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,9 @@ import pytest
 from npuops.hardware.node import NIC_IP_TIMEOUT_S, discover_node, interpret_hccn_ip, interpret_npu_smi
 from npuops.hardware.probe import RC_NOT_FOUND, RC_TIMEOUT, CommandResult, Probe
 from npuops.settings import Settings
-from tests.conftest import FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import install_a2_node, put
 
 NODE_KEYS = {"npu_smi", "chips", "processes", "driver", "firmware", "cann", "python_stack", "host"}
 CHIP_KEYS = {"npu_id", "chip_id", "logical_id", "name", "family", "health", "bus_id", "power_w", "temperature_c",
@@ -28,29 +30,8 @@ def _probe(root: Path, smi_out: str | None, rc: int = 0, machine: str = "aarch64
     return Probe(Settings(root=root), runner=FakeRunner(answers), machine=lambda: machine)
 
 
-def _install_a2_node(root: Path, layout: str = "ascend-toolkit") -> None:
-    put(root, "/usr/local/Ascend/driver/version.info", capture("driver-version-info_25.0.rc1.1_1.txt"))
-    put(root, "/usr/local/Ascend/firmware/version.info", capture("firmware-version-info_doc_1.txt"))
-    if layout == "ascend-toolkit":
-        put(root, "/usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info",
-            capture("ascend_toolkit_install-info_aarch64_3.txt"))
-        put(root, "/usr/local/Ascend/ascend-toolkit/latest/version.cfg",
-            capture("ascend-toolkit-version-cfg_8.2.RC2_1.txt"))
-        put(root, "/usr/local/Ascend/ascend-toolkit/set_env.sh", "# vendor script\n")
-    else:
-        put(root, "/usr/local/Ascend/cann/aarch64-linux/ascend_toolkit_install.info",
-            capture("ascend_toolkit_install-info_doc_1.txt"))
-        put(root, "/usr/local/Ascend/cann/set_env.sh", "# vendor script\n")
-    put(root, "/usr/local/Ascend/nnal/atb/latest/version.info", capture("nnal-atb-version-info_8.2.RC2_1.txt"))
-    put(root, "/usr/local/Ascend/nnal/atb/set_env.sh", "# vendor script\n")
-    for n in range(8):
-        put(root, f"/dev/davinci{n}", "")
-    for name in ("davinci_manager", "devmm_svm", "hisi_hdc"):
-        put(root, f"/dev/{name}", "")
-
-
 def test_a2_node_from_real_captures(fake_root: Path) -> None:
-    _install_a2_node(fake_root)
+    install_a2_node(fake_root)
     node = discover_node(_probe(fake_root, capture("npu-smi-info_910b3_1.txt")))
     data = node.to_json()
     assert NODE_KEYS <= set(data)
@@ -71,7 +52,7 @@ def test_a2_node_from_real_captures(fake_root: Path) -> None:
 
 
 def test_cann_85_layout(fake_root: Path) -> None:
-    _install_a2_node(fake_root, layout="cann")
+    install_a2_node(fake_root, layout="cann")
     data = discover_node(_probe(fake_root, capture("npu-smi-info_910b3_1.txt"))).to_json()
     assert data["cann"]["layout"] == "cann"
     assert data["cann"]["version"] == "8.5.0"

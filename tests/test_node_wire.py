@@ -21,9 +21,11 @@ from npuops.hardware.node import Chip, Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
 from npuops.wire import WireFormatError
-from tests.conftest import REPO, FakeRunner, capture
-from tests.fleet.conftest import replay
-from tests.test_node import _install_a2_node
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import install_a2_node
+from tests.support.paths import REPO
+from tests.support.playbook_runs import replay
 
 SMI_CAPTURES = sorted(p.stem for p in (REPO / "tests" / "golden" / "npu_smi").glob("*.json"))
 IP_CAPTURE = "hccn_tool-ip_910b_1.txt"
@@ -36,7 +38,7 @@ def _node(root: Path, smi: str | None, *, rc: int = 0, installed: bool = False, 
     if nic_ips:
         answers[("hccn_tool",)] = (0, capture(IP_CAPTURE), "")
     if installed:
-        _install_a2_node(root)
+        install_a2_node(root)
     return discover_node(Probe(Settings(root=root), runner=FakeRunner(answers), machine=lambda: "aarch64"))
 
 

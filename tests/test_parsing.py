@@ -19,7 +19,7 @@ from npuops.parsing import (
     parse_int,
     split_pair,
 )
-from tests.conftest import capture
+from tests.support.captures import capture
 
 
 def test_numbered_lines_counts_from_one_and_unifies_line_ends() -> None:

@@ -21,7 +21,10 @@ from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
 from npuops.hardware.versions import parse_ascend_version
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 CANN_IDS = ("cann-toolkit", "cann-kernels", "nnal-version", "driver-cann-compat")
 ASCEND = "/usr/local/Ascend"
@@ -107,14 +110,14 @@ def test_consistent_image(fake_root: Path) -> None:
     ctx = context(fake_root)
     toolkit = run(CannToolkit, ctx)
     assert toolkit.status is Status.PASS
-    assert toolkit.message.startswith("CANN 8.2.RC2, ascend-toolkit layout (CANN <= 8.3)")
+    assert (toolkit.evidence["version"], toolkit.evidence["layout"]) == ("8.2.RC2", "ascend-toolkit")
     kernels = run(CannKernels, ctx)
-    assert kernels.status is Status.PASS and "could not be read" in kernels.message  # no kernel dirs in the tree
+    assert kernels.status is Status.PASS and kernels.evidence["soc_dirs"] == []  # no kernel dirs in the tree
     assert run(NnalVersion, ctx).status is Status.PASS
     # 8.2.RC2 needs at least 25.2.0 (row 8.2.RC1); the image's notes record driver 24.1.rc2.2.
     compat = run(DriverCannCompat, ctx)
     assert compat.status is Status.FAIL
-    assert "24.1.rc2.2 is older than 25.2.0" in compat.message and "row for CANN 8.2.RC1" in compat.message
+    assert compat.evidence["driver_version"] == "24.1.rc2.2" and compat.evidence["min_driver"] == "25.2.0"
     assert compat.evidence["row"] == "8.2.RC1"
 
 
@@ -122,13 +125,14 @@ def test_kernel_dirs_name_the_chip_family(fake_root: Path) -> None:
     mindie_image(fake_root)
     (fake_root / KERNEL_DIR.lstrip("/") / "ascend910b").mkdir(parents=True)
     result = run(CannKernels, context(fake_root))
-    assert result.status is Status.PASS and "A2 chips" in result.message
+    assert result.status is Status.PASS and result.evidence["families"] == ["A2"]
+    assert result.evidence["soc_dirs"] == ["ascend910b"]
     # Kernels for the 310P only, on 910B3 chips.
     (fake_root / KERNEL_DIR.lstrip("/") / "ascend910b").rmdir()
     (fake_root / KERNEL_DIR.lstrip("/") / "ascend310p").mkdir()
     result = run(CannKernels, context(fake_root))
-    assert result.status is Status.WARN and "ascend910b" in result.message
-    assert "Ascend-cann-kernels-910b 8.2.RC2" in (result.remediation or "")
+    assert result.status is Status.WARN and result.evidence["soc_dirs"] == ["ascend310p"]
+    assert "Ascend-cann-kernels-910b 8.2.RC2" in (result.remediation or "")  # the package to install
 
 
 # --- mismatches from real files --------------------------------------------------------------------------------------
@@ -140,11 +144,14 @@ def test_toolkit_83_with_82_kernels_and_nnal(fake_root: Path) -> None:
     ctx = context(fake_root)
     assert run(CannToolkit, ctx).status is Status.PASS
     kernels = run(CannKernels, ctx)
-    assert kernels.status is Status.FAIL and "8.2.RC2 does not match CANN toolkit 8.3.RC1" in kernels.message
+    assert kernels.status is Status.FAIL
+    assert (kernels.evidence["kernels_version"], kernels.evidence["toolkit_version"]) == ("8.2.RC2", "8.3.RC1")
     nnal = run(NnalVersion, ctx)
-    assert nnal.status is Status.FAIL and "NNAL 8.2.RC2 does not match CANN 8.3.RC1" in nnal.message
+    assert nnal.status is Status.FAIL
+    assert (nnal.evidence["nnal_version"], nnal.evidence["cann_version"]) == ("8.2.RC2", "8.3.RC1")
     compat = run(DriverCannCompat, ctx)
-    assert compat.status is Status.FAIL and "25.0.rc1.1 is older than 25.3.RC1" in compat.message
+    assert compat.status is Status.FAIL
+    assert (compat.evidence["driver_version"], compat.evidence["min_driver"]) == ("25.0.rc1.1", "25.3.RC1")
 
 
 def test_driver_new_enough(fake_root: Path) -> None:
@@ -153,14 +160,16 @@ def test_driver_new_enough(fake_root: Path) -> None:
     mindie_image(fake_root, toolkit=toolkit, driver=capture("driver-version-info_25.0.rc1.1_1.txt"))
     result = run(DriverCannCompat, context(fake_root))
     assert result.status is Status.PASS
-    assert result.message == "driver 25.0.rc1.1 >= 25.0.RC1, the minimum for CANN 8.1.RC1"
+    assert {k: result.evidence[k] for k in ("cann_version", "row", "min_driver", "driver_version")} == {
+        "cann_version": "8.1.RC1", "row": "8.1.RC1", "min_driver": "25.0.RC1", "driver_version": "25.0.rc1.1"}
 
 
 def test_cann_older_than_the_table_warns(fake_root: Path) -> None:
     mindie_image(fake_root, toolkit=capture("ascend_toolkit_install-info_1.txt"))  # CANN 8.0.0 (issue #198)
     result = run(DriverCannCompat, context(fake_root))
     assert result.status is Status.WARN
-    assert "no row for CANN 8.0.0" in result.message and "8.1.RC1" in result.message
+    assert result.evidence["cann_version"] == "8.0.0" and "row" not in result.evidence
+    assert min(result.evidence["table"], key=parse_ascend_version) == "8.1.RC1"  # older than every row
 
 
 def test_x86_cann_83rc2_uses_the_83rc1_row(fake_root: Path) -> None:
@@ -180,30 +189,33 @@ def test_cann85_layout_with_the_910b_ops_package(fake_root: Path) -> None:
     cann85(fake_root)
     ctx = context(fake_root)
     toolkit = run(CannToolkit, ctx)
-    assert toolkit.status is Status.PASS and "cann layout (CANN >= 8.5)" in toolkit.message
+    assert toolkit.status is Status.PASS and toolkit.evidence["layout"] == "cann"
     kernels = run(CannKernels, ctx)
     assert kernels.status is Status.PASS
-    assert kernels.message.startswith("Ascend-cann-910b-ops 8.5.0 matches the toolkit and the A2 chips")
+    assert (kernels.evidence["package_name"], kernels.evidence["kernels_version"]) == ("Ascend-cann-910b-ops", "8.5.0")
+    assert kernels.evidence["families"] == ["A2"]
 
 
 def test_cann85_ops_package_for_another_chip_fails(fake_root: Path) -> None:
     cann85(fake_root, ops_package="Ascend-cann-310p-ops")
     result = run(CannKernels, context(fake_root))
     assert result.status is Status.FAIL
-    assert "Ascend-cann-310p-ops" in result.message and "Ascend-cann-910b-ops" in result.message
+    assert result.evidence["package_name"] == "Ascend-cann-310p-ops" and result.evidence["families"] == ["A2"]
+    assert "install Ascend-cann-910b-ops 8.5.0" in (result.remediation or "")  # the package the chips need
 
 
 def test_cann85_without_ops_package_fails(fake_root: Path) -> None:
     cann85(fake_root, ops_package=None)
     result = run(CannKernels, context(fake_root))
-    assert result.status is Status.FAIL and "ascend_ops_install.info" in result.message
+    assert result.status is Status.FAIL and result.evidence["kernels_version"] is None
+    assert result.evidence["kernels_path"].endswith("/ascend_ops_install.info")
     assert "Ascend-cann-910b-ops 8.5.0" in (result.remediation or "")
 
 
 def test_cann85_310p_node_needs_the_310p_ops(fake_root: Path) -> None:
     cann85(fake_root, ops_package="Ascend-cann-310p-ops")
     result = run(CannKernels, context(fake_root, smi="npu-smi-info_310p3-300iduo_1.txt"))
-    assert result.status is Status.PASS and "310P" in result.message
+    assert result.status is Status.PASS and result.evidence["families"] == ["310P"]
 
 
 # --- missing pieces -------------------------------------------------------------------------------------------------
@@ -212,7 +224,7 @@ def test_cann85_310p_node_needs_the_310p_ops(fake_root: Path) -> None:
 def test_nnal_missing_fails_naming_libatb(fake_root: Path) -> None:
     mindie_image(fake_root, nnal=False)
     result = run(NnalVersion, context(fake_root))
-    assert result.status is Status.FAIL and "libatb.so" in result.message
+    assert result.status is Status.FAIL and result.evidence["nnal_version"] is None
     assert "Ascend-cann-nnal_8.2.RC2" in (result.remediation or "")
 
 
@@ -226,13 +238,13 @@ def test_missing_set_env_scripts_warn(fake_root: Path) -> None:
 def test_unreadable_toolkit_info_fails(fake_root: Path) -> None:
     put(fake_root, TOOLKIT_INFO, "")
     result = run(CannToolkit, context(fake_root))
-    assert result.status is Status.FAIL and "unreadable" in result.message
+    assert result.status is Status.FAIL and result.evidence["path"] == TOOLKIT_INFO and result.evidence["error"]
 
 
 def test_driver_missing_skips_compat(fake_root: Path) -> None:
     cann85(fake_root)
     result = run(DriverCannCompat, context(fake_root, smi=None))
-    assert result.status is Status.SKIP and "driver-installed" in result.message
+    assert result.status is Status.SKIP and set(result.evidence) == {"driver_path"}
 
 
 def test_no_cann_on_an_npu_node(fake_root: Path) -> None:
@@ -241,11 +253,11 @@ def test_no_cann_on_an_npu_node(fake_root: Path) -> None:
     assert ctx.node.has_npus
     toolkit = run(CannToolkit, ctx)
     assert toolkit.status is Status.FAIL
-    assert CANN85_INFO in toolkit.message and TOOLKIT_INFO in toolkit.message
+    assert toolkit.evidence["looked"] == [CANN85_INFO, TOOLKIT_INFO]
     assert "npuops provision --tags cann" in (toolkit.remediation or "")
     for check in (CannKernels, NnalVersion, DriverCannCompat):
         result = run(check, ctx)
-        assert result.status is Status.SKIP and "cann-toolkit" in result.message
+        assert result.status is Status.SKIP and set(result.evidence) == {"toolkit_path"}
 
 
 @pytest.mark.parametrize("check", [CannKernels, NnalVersion, DriverCannCompat])

@@ -23,11 +23,14 @@ from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
+from npuops.hardware.node import NPU_SMI_MISSING
 from npuops.hardware.npu_smi_detail import parse_npu_smi_ecc
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.paths import REPO
 
 CHIP_IDS = ("chip-health", "chip-temperature", "hbm-free", "chip-health-detail", "chip-ecc")
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"  # NPUs 4-7, pt_main_thread holds 29166 MB on NPU 4
@@ -97,9 +100,10 @@ def test_health_alarm_fails_naming_the_chip(fake_root: Path) -> None:
     smi = derived(capture(B2C), "| OK            |", "| Alarm         |")
     result = run(ChipHealth, context(fake_root, smi))
     assert result.status is Status.FAIL
-    assert "NPU 4 chip 0 (device 4, bus 0000:DA:00.0)" in result.message and "Alarm" in result.message
-    assert "npu-smi set -t reset -i 4 -c 0" in (result.remediation or "")
-    assert result.evidence["problems"][0]["health"] == "Alarm"
+    (problem,) = result.evidence["problems"]
+    assert problem | {"name": None} == {"npu_id": 4, "chip_id": 0, "device": 4, "bus_id": "0000:DA:00.0",
+                                        "name": None, "health": "Alarm", "in_launch": True}
+    assert "npu-smi set -t reset -i 4 -c 0" in (result.remediation or "")  # the command to run
 
 
 def test_health_critical_on_a_310p_chip_names_npu_chip_and_device(fake_root: Path) -> None:
@@ -110,23 +114,26 @@ def test_health_critical_on_a_310p_chip_names_npu_chip_and_device(fake_root: Pat
     smi = text[:second] + "| Critical        |" + text[second + len("| OK              |"):]
     result = run(ChipHealth, context(fake_root, smi))
     assert result.status is Status.FAIL
-    assert "NPU 0 chip 1 (device 1, bus 0000:01:00.0)" in result.message
+    (problem,) = result.evidence["problems"]
+    assert (problem["npu_id"], problem["chip_id"], problem["device"], problem["bus_id"]) == (0, 1, 1, "0000:01:00.0")
+    assert problem["health"] == "Critical"
 
 
 def test_health_warning_and_unknown_words_warn(fake_root: Path) -> None:
     smi = derived(capture(B2C), "| OK            |", "| Warning       |")
     result = run(ChipHealth, context(fake_root, smi))
-    assert result.status is Status.WARN and "'Warning'" in result.message
+    assert result.status is Status.WARN and [p["health"] for p in result.evidence["problems"]] == ["Warning"]
     smi = derived(capture(B2C), "| OK            |", "| Unknown       |")
     result = run(ChipHealth, context(fake_root, smi))
-    assert result.status is Status.WARN and "'Unknown'" in result.message  # the raw word, as printed
+    assert result.status is Status.WARN
+    assert [p["health"] for p in result.evidence["problems"]] == ["Unknown"]  # the raw word, as printed
 
 
 def test_health_alarm_outside_the_launch_only_warns(fake_root: Path) -> None:
     smi = derived(capture(B2C), "| OK            |", "| Alarm         |")  # NPU 4
     result = run(ChipHealth, context(fake_root, smi, options=DoctorOptions(devices=(5, 6, 7))))
     assert result.status is Status.WARN
-    assert "not used by this launch" in result.message
+    assert [(p["npu_id"], p["in_launch"]) for p in result.evidence["problems"]] == [(4, False)]
 
 
 # --- chip-temperature ---------------------------------------------------------------------------------------------
@@ -137,8 +144,9 @@ def test_temperature_real_captures(fake_root: Path) -> None:
     # The 300I Duo runs at 78-86 C: 86 is at the warn threshold (85).
     result = run(ChipTemperature, context(fake_root, capture(DUO)))
     assert result.status is Status.WARN
-    assert "NPU 0 chip 0 (device 0, bus 0000:01:00.0) at 86 C" in result.message
-    assert result.evidence["hottest_c"] == 86
+    assert [(c["npu_id"], c["chip_id"], c["device"], c["bus_id"]) for c in result.evidence["warm"]] == [
+        (0, 0, 0, "0000:01:00.0")]
+    assert result.evidence["temperatures_c"]["0/0"] == 86 and result.evidence["hottest_c"] == 86
 
 
 def test_temperature_hot_chip_fails(fake_root: Path) -> None:
@@ -146,8 +154,9 @@ def test_temperature_hot_chip_fails(fake_root: Path) -> None:
     smi = derived(capture(B2C), "93.7        52", "93.7        97")
     result = run(ChipTemperature, context(fake_root, smi))
     assert result.status is Status.FAIL
-    assert "NPU 4 chip 0" in result.message and "97 C" in result.message
-    assert "cooling" in (result.remediation or "")
+    assert [(c["npu_id"], c["chip_id"]) for c in result.evidence["hot"]] == [(4, 0)]
+    assert result.evidence["hottest_c"] == 97
+    assert "check the cooling" in (result.remediation or "")
     # Only the chips the launch uses count.
     assert run(ChipTemperature, context(fake_root, smi, options=DoctorOptions(devices=(5,)))).status is Status.PASS
 
@@ -158,13 +167,13 @@ def test_temperature_hot_chip_fails(fake_root: Path) -> None:
 def test_hbm_free_fails_on_the_busy_910b2c_chip_naming_the_pid(fake_root: Path) -> None:
     result = run(HbmFree, context(fake_root, capture(B2C)))
     assert result.status is Status.FAIL
-    assert "NPU 4 chip 0" in result.message
-    assert "pid 154983 pt_main_thread (29166 MB)" in result.message
-    assert "33090 MB free of 65536 MB" in result.message and "needs 58983 MB" in result.message
-    assert "kill 154983" in (result.remediation or "")
-    assert "--gpu-memory-utilization to 0.50" in (result.remediation or "")
     chip4 = next(c for c in result.evidence["chips"] if c["npu_id"] == 4)
+    assert (chip4["free_mb"], chip4["total_mb"], chip4["need_mb"]) == (33090, 65536, 58983)
     assert chip4["processes"] == [{"pid": 154983, "name": "pt_main_thread", "memory_mb": 29166}]
+    assert [c["npu_id"] for c in result.evidence["chips"] if c["free_mb"] < c["need_mb"]] == [4]
+    # The fix names the commands and the flag value that would fit.
+    assert "`kill 154983`" in (result.remediation or "")
+    assert "--gpu-memory-utilization to 0.50" in (result.remediation or "")
 
 
 def test_hbm_free_other_chips_of_the_same_node_pass(fake_root: Path) -> None:
@@ -177,14 +186,17 @@ def test_hbm_free_warns_when_others_hold_memory_but_the_launch_fits(fake_root: P
     options = DoctorOptions(devices=(4,), gpu_memory_utilization=0.5)  # needs 32768 MB, 33090 MB are free
     result = run(HbmFree, context(fake_root, capture(B2C), options=options))
     assert result.status is Status.WARN
-    assert "pid 154983" in result.message and "kill 154983" in (result.remediation or "")
+    (chip4,) = result.evidence["chips"]
+    assert [p["pid"] for p in chip4["processes"]] == [154983] and chip4["free_mb"] >= chip4["need_mb"]
+    assert "`kill 154983`" in (result.remediation or "")
 
 
 def test_hbm_free_busy_910b1_names_both_pids(fake_root: Path) -> None:
     result = run(HbmFree, context(fake_root, capture(B1_BUSY)))
     assert result.status is Status.FAIL
-    assert "pid 2441447 python (59618 MB)" in result.message
-    assert "pid 2441454 python (59802 MB)" in result.message
+    held = [p for c in result.evidence["chips"] for p in c["processes"]]
+    assert {"pid": 2441447, "name": "python", "memory_mb": 59618} in held
+    assert {"pid": 2441454, "name": "python", "memory_mb": 59802} in held
     assert result.evidence["npu_smi_elided"] is True
 
 
@@ -195,7 +207,7 @@ def test_hbm_free_on_310p_uses_device_memory(fake_root: Path) -> None:
     assert chips[(0, 0)]["total_mb"] == 44278 and chips[(0, 0)]["used_mb"] == 35552
     assert [p["pid"] for p in chips[(0, 0)]["processes"]] == [326429, 326430]
     assert [p["pid"] for p in chips[(0, 1)]["processes"]] == [326430]
-    assert "pid 326429 (33842 MB)" in result.message
+    assert chips[(0, 0)]["processes"][0]["memory_mb"] == 33842
     assert "--gpu-memory-utilization" not in (result.remediation or "")  # 0.19 would not be worth suggesting
     # The other three cards are free.
     idle = DoctorOptions(devices=(2, 3, 4, 5, 6, 7))
@@ -216,14 +228,14 @@ def test_chip_checks_skip_on_minus_8005(fake_root: Path, check: type[Check]) -> 
     ctx = context(fake_root, capture("npu-smi-info_error-8005_container_1.txt"), rc=255)
     result = run(check, ctx)
     assert result.status is Status.SKIP
-    assert "-8005" in result.message
+    assert result.evidence["npu_smi_error"] == "-8005"
 
 
 @pytest.mark.parametrize("check", [ChipHealth, ChipTemperature, HbmFree, ChipHealthDetail, ChipEcc])
 def test_chip_checks_skip_without_npu_smi(fake_root: Path, check: type[Check]) -> None:
     result = run(check, context(fake_root, None))
     assert result.status is Status.SKIP
-    assert "npu-smi" in result.message
+    assert result.evidence["npu_smi_error"] == NPU_SMI_MISSING
 
 
 # --- chip-health-detail (level 2) ---------------------------------------------------------------------------------
@@ -237,7 +249,8 @@ def test_health_detail_ok_per_chip(fake_root: Path) -> None:
     runner_answers = {_health_key(n): (0, capture(HEALTH), "") for n in range(4, 8)}
     ctx = context(fake_root, capture(B2C), extra=runner_answers)
     result = run(ChipHealthDetail, ctx)
-    assert result.status is Status.PASS and result.message.startswith("4 chip(s)")
+    assert result.status is Status.PASS
+    assert [c["npu_id"] for c in result.evidence["chips"] if "skipped" not in c] == [4, 5, 6, 7]
     # One query per chip, run once, through the shared probe.
     runner = ctx.probe.runner
     assert isinstance(runner, FakeRunner)
@@ -253,9 +266,8 @@ def test_health_detail_error_codes_fail_with_the_codes(fake_root: Path) -> None:
     answers = {_health_key(4): (0, alarm, "")} | {_health_key(n): (0, text, "") for n in (5, 6, 7)}
     result = run(ChipHealthDetail, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.FAIL
-    assert "NPU 4 chip 0" in result.message and "80E18402" in result.message
-    chip4 = next(c for c in result.evidence["chips"] if c["npu_id"] == 4)
-    assert chip4["error_codes"] == ["80E18402"]
+    codes = {c["npu_id"]: (c["health"], c["error_codes"]) for c in result.evidence["chips"]}
+    assert codes == {4: ("Alarm", ["80E18402"]), 5: ("OK", []), 6: ("OK", []), 7: ("OK", [])}
 
 
 def test_health_detail_codes_with_ok_status_warn(fake_root: Path) -> None:
@@ -263,7 +275,8 @@ def test_health_detail_codes_with_ok_status_warn(fake_root: Path) -> None:
     coded = text.replace("Error Code                     : NA", "Error Code                     : 80E18402")
     answers = {_health_key(n): (0, coded if n == 5 else text, "") for n in range(4, 8)}
     result = run(ChipHealthDetail, context(fake_root, capture(B2C), extra=answers))
-    assert result.status is Status.WARN and "NPU 5" in result.message
+    assert result.status is Status.WARN
+    assert {c["npu_id"]: c["error_codes"] for c in result.evidence["chips"] if c["error_codes"]} == {5: ["80E18402"]}
 
 
 def test_health_detail_failing_query_skips_that_chip(fake_root: Path) -> None:
@@ -272,9 +285,8 @@ def test_health_detail_failing_query_skips_that_chip(fake_root: Path) -> None:
     answers |= {_health_key(n): (0, capture(HEALTH), "") for n in (5, 6, 7)}
     result = run(ChipHealthDetail, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.PASS
-    assert "left out: NPU 4 chip 0" in result.message and "exited 255" in result.message
-    chip4 = next(c for c in result.evidence["chips"] if c["npu_id"] == 4)
-    assert "skipped" in chip4
+    assert [c["npu_id"] for c in result.evidence["chips"] if "skipped" in c] == [4]
+    assert "left out: NPU 4 chip 0" in result.message  # the report names the chip it could not judge
 
 
 def test_health_detail_unsupported_everywhere_skips_saying_so(fake_root: Path) -> None:
@@ -283,14 +295,16 @@ def test_health_detail_unsupported_everywhere_skips_saying_so(fake_root: Path) -
     answers = {_health_key(n): (0, unsupported, "") for n in range(4, 8)}
     result = run(ChipHealthDetail, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.SKIP
-    assert "not supported" in result.message
+    assert all("skipped" in c for c in result.evidence["chips"]) and len(result.evidence["chips"]) == 4
+    assert "not supported" in result.message  # says why, not just that nothing answered
 
 
 def test_health_detail_a3_asks_each_die(fake_root: Path) -> None:
     ctx = context(fake_root, capture("npu-smi-info_a3-ascend910-2chip_1.txt"),
                   extra={("npu-smi", "info", "-t", "health"): (0, capture(HEALTH), "")})
     result = run(ChipHealthDetail, ctx)
-    assert result.status is Status.PASS and result.message.startswith("16 chip(s)")
+    assert result.status is Status.PASS
+    assert len([c for c in result.evidence["chips"] if "skipped" not in c]) == 16
     runner = ctx.probe.runner
     assert isinstance(runner, FakeRunner)
     assert _health_key(0, 1) in runner.calls and _health_key(7, 1) in runner.calls
@@ -306,7 +320,8 @@ def _ecc_key(npu: int, chip: int = 0) -> tuple[str, ...]:
 def test_ecc_zero_counts_pass(fake_root: Path) -> None:
     answers: Answers = {("npu-smi", "info", "-t", "ecc"): (0, capture(ECC), "")}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
-    assert result.status is Status.PASS and "no ECC errors" in result.message
+    assert result.status is Status.PASS
+    assert {(c["single_bit"], c["double_bit"]) for c in result.evidence["chips"]} == {(0, 0)}
 
 
 def test_ecc_double_bit_fails_single_bit_warns(fake_root: Path) -> None:
@@ -319,11 +334,12 @@ def test_ecc_double_bit_fails_single_bit_warns(fake_root: Path) -> None:
     answers |= {_ecc_key(n): (0, text, "") for n in (6, 7)}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
     assert result.status is Status.FAIL
-    assert "NPU 4 chip 0" in result.message and "2 double-bit" in result.message
-    assert "NPU 5 chip 0" in result.message and "7 single-bit" in result.message
+    counts = {c["npu_id"]: (c["double_bit"], c["single_bit"]) for c in result.evidence["chips"]}
+    assert counts == {4: (2, 0), 5: (0, 7), 6: (0, 0), 7: (0, 0)}
     answers[_ecc_key(4)] = (0, text, "")
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
-    assert result.status is Status.WARN and "NPU 5" in result.message
+    assert result.status is Status.WARN
+    assert {c["npu_id"]: c["single_bit"] for c in result.evidence["chips"] if c["single_bit"]} == {5: 7}
 
 
 def test_ecc_parser_reads_the_hbm_spelling_of_a2_servers() -> None:
@@ -344,7 +360,8 @@ def test_ecc_na_counts_skip(fake_root: Path) -> None:
     na = capture(ECC).replace(": 0", ": NA")
     answers: Answers = {("npu-smi", "info", "-t", "ecc"): (0, na, "")}
     result = run(ChipEcc, context(fake_root, capture(B2C), extra=answers))
-    assert result.status is Status.SKIP and "NA" in result.message
+    assert result.status is Status.SKIP
+    assert {(c["single_bit"], c["double_bit"]) for c in result.evidence["chips"]} == {(None, None)}
 
 
 # --- this machine, as it is ---------------------------------------------------------------------------------------

@@ -15,7 +15,10 @@ from npuops.doctor.runner import run_checks
 from npuops.errors import BadInputError
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 ENV_IDS = ("ascend-env", "thread-limits", "launch-blocking-graph", "alloc-conf")
 TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"
@@ -98,7 +101,8 @@ def test_ascend_env_passes_and_shows_what_it_read(fake_root: Path, tmp_path: Pat
     ascend_tree(fake_root)
     result = AscendEnv().run(env_context(fake_root, tmp_path, GOOD_ENV))
     assert result.status is Status.PASS
-    assert result.message.startswith(f"ASCEND_HOME_PATH={TOOLKIT}; LD_LIBRARY_PATH has the toolkit, NNAL, and driver")
+    assert (result.evidence["home_var"], result.evidence["ascend_home"], result.evidence["nnal"]) == (
+        "ASCEND_HOME_PATH", TOOLKIT, True)
     assert result.evidence["driver_lib_dirs"] == [f"{DRIVER}/lib64/driver"]
     assert result.evidence["env_source"].endswith("/env")
 
@@ -112,35 +116,33 @@ def test_ascend_env_follows_the_latest_symlink(fake_root: Path, tmp_path: Path) 
 def test_ascend_env_accepts_the_toolkit_home_variable(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root)
     result = AscendEnv().run(env_context(fake_root, tmp_path, without(GOOD_ENV, "ASCEND_HOME_PATH")))
-    assert result.status is Status.PASS and result.message.startswith("ASCEND_TOOLKIT_HOME=")
+    assert result.status is Status.PASS and result.evidence["home_var"] == "ASCEND_TOOLKIT_HOME"
 
 
 def test_ascend_env_fails_when_nothing_is_set(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root)
     result = AscendEnv().run(env_context(fake_root, tmp_path, "OMP_NUM_THREADS=1\n"))
     assert result.status is Status.FAIL
-    assert result.evidence["problems"][0] == "ASCEND_HOME_PATH (or ASCEND_TOOLKIT_HOME) is not set"
-    assert any("NNAL/ATB" in p for p in result.evidence["problems"])
-    assert any(f"{DRIVER}/lib64/driver" in p for p in result.evidence["problems"])
-    assert result.remediation is not None
-    assert str(tmp_path / "env") in result.remediation
-    assert "/usr/local/Ascend/ascend-toolkit/set_env.sh" in result.remediation
+    assert result.evidence["problem_kinds"] == ["home-unset", "nnal", "driver"]
+    # The fix names the env file to edit and the script whose values to copy into it.
+    assert str(tmp_path / "env") in (result.remediation or "")
+    assert "/usr/local/Ascend/ascend-toolkit/set_env.sh" in (result.remediation or "")
 
 
 def test_ascend_env_fails_on_a_home_that_does_not_exist(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root)
     text = replaced(GOOD_ENV, "ASCEND_HOME_PATH", "/usr/local/Ascend/ascend-toolkit/8.0.0")
     result = AscendEnv().run(env_context(fake_root, tmp_path, text))
-    assert result.status is Status.FAIL
-    assert "ASCEND_HOME_PATH=/usr/local/Ascend/ascend-toolkit/8.0.0 does not exist" in result.message
+    assert result.status is Status.FAIL and "home-missing" in result.evidence["problem_kinds"]
+    assert result.evidence["ascend_home"] == "/usr/local/Ascend/ascend-toolkit/8.0.0"
 
 
 def test_ascend_env_fails_without_the_driver_libraries(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root)
     text = GOOD_ENV.replace(f":{DRIVER}/lib64/driver:{DRIVER}/lib64/common", "")
     result = AscendEnv().run(env_context(fake_root, tmp_path, text))
-    assert result.status is Status.FAIL
-    assert result.message == f"neither LD_LIBRARY_PATH nor /etc/ld.so.conf.d has the driver's {DRIVER}/lib64/driver"
+    assert result.status is Status.FAIL and result.evidence["problem_kinds"] == ["driver"]
+    assert result.evidence["driver_lib_dirs"][0] == f"{DRIVER}/lib64/driver"
 
 
 def test_ascend_env_accepts_driver_libraries_from_ld_so_conf(fake_root: Path, tmp_path: Path) -> None:
@@ -154,23 +156,22 @@ def test_ascend_env_fails_without_the_toolkit_lib64(fake_root: Path, tmp_path: P
     ascend_tree(fake_root)
     result = AscendEnv().run(env_context(fake_root, tmp_path, replaced(GOOD_ENV, "LD_LIBRARY_PATH",
                                                                        f"{ATB}/lib:{DRIVER}/lib64/driver")))
-    assert result.status is Status.FAIL
-    assert result.message == f"LD_LIBRARY_PATH lacks the toolkit's {TOOLKIT}/lib64"
+    assert result.status is Status.FAIL and result.evidence["problem_kinds"] == ["toolkit-lib64"]
 
 
 def test_ascend_env_fails_on_unexpanded_variables_in_an_env_file(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root)
     text = GOOD_ENV.replace(f'{DRIVER}/lib64/common"', f'{DRIVER}/lib64/common:$LD_LIBRARY_PATH"')
     result = AscendEnv().run(env_context(fake_root, tmp_path, text))
-    assert result.status is Status.FAIL
-    assert "unexpanded $LD_LIBRARY_PATH" in result.message
+    assert result.status is Status.FAIL and result.evidence["problem_kinds"] == ["unexpanded"]
+    assert result.evidence["ld_library_path"][-1] == "$LD_LIBRARY_PATH"
 
 
 def test_ascend_env_does_not_ask_for_nnal_when_it_is_not_installed(fake_root: Path, tmp_path: Path) -> None:
     ascend_tree(fake_root, nnal=False)
     text = replaced(GOOD_ENV, "LD_LIBRARY_PATH", f"{TOOLKIT}/lib64:{DRIVER}/lib64/driver")
     result = AscendEnv().run(env_context(fake_root, tmp_path, text))
-    assert result.status is Status.PASS and "NNAL" not in result.message
+    assert result.status is Status.PASS and result.evidence["nnal"] is False
 
 
 def test_ascend_env_reads_the_current_environment_without_an_env_file(fake_root: Path, tmp_path: Path) -> None:
@@ -179,15 +180,15 @@ def test_ascend_env_reads_the_current_environment_without_an_env_file(fake_root:
     result = AscendEnv().run(env_context(fake_root, tmp_path, None, environ=environ))
     assert result.status is Status.PASS and result.evidence["env_source"] == "the current environment"
     bad = AscendEnv().run(env_context(fake_root, tmp_path, None, environ={}))
-    assert bad.status is Status.FAIL
-    assert bad.remediation is not None and bad.remediation.startswith("export ASCEND_HOME_PATH")
+    assert bad.status is Status.FAIL and bad.evidence["env_source"] == "the current environment"
+    assert (bad.remediation or "").startswith("export ASCEND_HOME_PATH")  # no env file: how to set them in the shell
 
 
 def test_ascend_env_skips_without_cann(fake_root: Path, tmp_path: Path) -> None:
     result = AscendEnv().run(env_context(fake_root, tmp_path, GOOD_ENV))
     assert result.status is Status.SKIP
-    assert result.message.startswith("CANN is not installed (no /usr/local/Ascend/ascend-toolkit/latest/")
-    assert result.remediation is not None and "--tags cann" in result.remediation
+    assert result.evidence["toolkit_path"].startswith("/usr/local/Ascend/ascend-toolkit/latest/")
+    assert "`npuops provision --tags cann`" in (result.remediation or "")
 
 
 def test_an_unreadable_env_file_is_bad_input(fake_root: Path, tmp_path: Path) -> None:
@@ -203,30 +204,29 @@ def test_an_unreadable_env_file_is_bad_input(fake_root: Path, tmp_path: Path) ->
 def test_thread_limits_pass(fake_root: Path, tmp_path: Path) -> None:
     result = ThreadLimits().run(env_context(fake_root, tmp_path, GOOD_ENV))
     assert result.status is Status.PASS
-    assert result.message == "OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1"
+    assert (result.evidence["OMP_NUM_THREADS"], result.evidence["OPENBLAS_NUM_THREADS"]) == ("1", "1")
 
 
 def test_thread_limits_warn_when_unset_with_the_values_to_set(fake_root: Path, tmp_path: Path) -> None:
     result = ThreadLimits().run(env_context(fake_root, tmp_path, without(GOOD_ENV, "OPENBLAS_NUM_THREADS")))
     assert result.status is Status.WARN
-    assert result.message.startswith("OPENBLAS_NUM_THREADS is unset in env file ")
+    assert (result.evidence["OMP_NUM_THREADS"], result.evidence["OPENBLAS_NUM_THREADS"]) == ("1", None)
     env_file = tmp_path / "env"
     assert result.remediation == f"set OPENBLAS_NUM_THREADS=1 in {env_file} (or re-render it with `npuops launch`)"
-    assert result.evidence["OPENBLAS_NUM_THREADS"] is None
 
 
 def test_thread_limits_warn_on_values_that_are_not_positive(fake_root: Path, tmp_path: Path) -> None:
     text = replaced(replaced(GOOD_ENV, "OMP_NUM_THREADS", "0"), "OPENBLAS_NUM_THREADS", "all")
     result = ThreadLimits().run(env_context(fake_root, tmp_path, text))
     assert result.status is Status.WARN
-    assert "OMP_NUM_THREADS='0' is not a positive number" in result.message
-    assert result.remediation is not None and "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1" in result.remediation
+    assert (result.evidence["OMP_NUM_THREADS"], result.evidence["OPENBLAS_NUM_THREADS"]) == ("0", "all")
+    assert "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1" in (result.remediation or "")  # the values to set
 
 
 def test_thread_limits_in_the_current_environment(fake_root: Path, tmp_path: Path) -> None:
     result = ThreadLimits().run(env_context(fake_root, tmp_path, None, environ={"OMP_NUM_THREADS": "4"}))
-    assert result.status is Status.WARN
-    assert result.remediation is not None and result.remediation.startswith("export OPENBLAS_NUM_THREADS=1")
+    assert result.status is Status.WARN and result.evidence["OPENBLAS_NUM_THREADS"] is None
+    assert (result.remediation or "").startswith("export OPENBLAS_NUM_THREADS=1")
 
 
 # --- launch-blocking-graph ---------------------------------------------------------------------------------------
@@ -235,15 +235,15 @@ def test_thread_limits_in_the_current_environment(fake_root: Path, tmp_path: Pat
 def test_launch_blocking_with_graph_mode_fails(fake_root: Path, tmp_path: Path) -> None:
     result = LaunchBlockingGraph().run(env_context(fake_root, tmp_path, GOOD_ENV + "ASCEND_LAUNCH_BLOCKING=1\n"))
     assert result.status is Status.FAIL
-    assert "with graph mode" in result.message
-    assert result.remediation is not None and "remove ASCEND_LAUNCH_BLOCKING" in result.remediation
-    assert result.evidence["graph_mode"] is True
+    assert (result.evidence["ASCEND_LAUNCH_BLOCKING"], result.evidence["graph_mode"]) == ("1", True)
+    assert "remove ASCEND_LAUNCH_BLOCKING" in (result.remediation or "")
 
 
 def test_launch_blocking_in_eager_mode_warns(fake_root: Path, tmp_path: Path) -> None:
     ctx = env_context(fake_root, tmp_path, GOOD_ENV + "ASCEND_LAUNCH_BLOCKING=1\n", graph_mode=False)
     result = LaunchBlockingGraph().run(ctx)
-    assert result.status is Status.WARN and "every kernel launch waits" in result.message
+    assert result.status is Status.WARN
+    assert (result.evidence["ASCEND_LAUNCH_BLOCKING"], result.evidence["graph_mode"]) == ("1", False)
 
 
 @pytest.mark.parametrize("extra", ["", "ASCEND_LAUNCH_BLOCKING=0\n"])
@@ -264,10 +264,10 @@ def test_alloc_conf_mixing_fails_and_says_what_to_keep(fake_root: Path, tmp_path
     text = replaced(GOOD_ENV, "PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True,max_split_size_mb:512")
     result = AllocConf().run(env_context(fake_root, tmp_path, text))
     assert result.status is Status.FAIL
-    assert result.message.startswith("PYTORCH_NPU_ALLOC_CONF mixes expandable_segments:True with max_split_size_mb")
-    assert result.remediation is not None
-    assert result.remediation.startswith("drop max_split_size_mb: set PYTORCH_NPU_ALLOC_CONF=expandable_segments:True")
     assert result.evidence["clashing"] == ["max_split_size_mb"]
+    # What to keep: the value without the clashing option.
+    assert (result.remediation or "").startswith(
+        "drop max_split_size_mb: set PYTORCH_NPU_ALLOC_CONF=expandable_segments:True")
 
 
 def test_alloc_conf_warns_when_unset(fake_root: Path, tmp_path: Path) -> None:
@@ -281,7 +281,7 @@ def test_alloc_conf_warns_when_unset(fake_root: Path, tmp_path: Path) -> None:
 def test_alloc_conf_warns_without_expandable_segments(fake_root: Path, tmp_path: Path, value: str) -> None:
     result = AllocConf().run(env_context(fake_root, tmp_path, replaced(GOOD_ENV, "PYTORCH_NPU_ALLOC_CONF", value)))
     assert result.status is Status.WARN
-    assert "does not enable expandable_segments" in result.message
+    assert result.evidence["PYTORCH_NPU_ALLOC_CONF"] == value and "malformed" not in result.evidence
     if "max_split" in value:
         assert result.remediation is not None and "drop max_split_size_mb" in result.remediation
 
@@ -289,7 +289,7 @@ def test_alloc_conf_warns_without_expandable_segments(fake_root: Path, tmp_path:
 def test_alloc_conf_warns_on_malformed_items(fake_root: Path, tmp_path: Path) -> None:
     text = replaced(GOOD_ENV, "PYTORCH_NPU_ALLOC_CONF", "expandable_segments=True")
     result = AllocConf().run(env_context(fake_root, tmp_path, text))
-    assert result.status is Status.WARN and "not key:value" in result.message
+    assert result.status is Status.WARN and result.evidence["malformed"] == ["expandable_segments=True"]
 
 
 # --- on this machine, as it is ----------------------------------------------------------------------------------

@@ -27,11 +27,14 @@ from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
-from npuops.hardware.node import discover_node
+from npuops.hardware.node import NPU_SMI_MISSING, discover_node
 from npuops.hardware.npu_smi_detail import parse_npu_smi_topo
 from npuops.hardware.probe import Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import REPO
 
 HOST_IDS = ("cpuset-per-npu", "npu-cpu-affinity", "numa-balancing", "cpu-governor", "swappiness", "shm-size",
             "free-memory", "model-disk", "open-files")
@@ -78,10 +81,9 @@ def test_cpuset_fails_when_too_narrow_for_the_npus(fake_root: Path) -> None:
     ctx = host_context(fake_root, machine="aarch64", npu_smi=capture(EIGHT_910B3))
     result = CpusetPerNpu().run(ctx)
     assert result.status is Status.FAIL
-    assert result.message.startswith("24 allowed CPU(s) for 8 NPU(s): vllm-ascend's CPU binding needs 5 per NPU (40)")
-    assert result.remediation is not None
-    assert "at least 40 CPUs" in result.remediation and "at most 4 chip(s)" in result.remediation
     assert result.evidence == {"allowed_cpus": 24, "cpu_count": 192, "npus": 8, "per_npu": 5, "needed": 40}
+    # The fix says both ways out, with the numbers: more CPUs, or fewer chips.
+    assert "at least 40 CPUs" in (result.remediation or "") and "at most 4 chip(s)" in (result.remediation or "")
 
 
 def test_cpuset_counts_only_the_devices_the_launch_uses(fake_root: Path) -> None:
@@ -95,19 +97,20 @@ def test_cpuset_counts_only_the_devices_the_launch_uses(fake_root: Path) -> None
 def test_cpuset_passes_with_enough_cpus(fake_root: Path) -> None:
     kunpeng(fake_root, "0-191")
     result = CpusetPerNpu().run(host_context(fake_root, machine="aarch64", npu_smi=capture(EIGHT_910B3)))
-    assert result.status is Status.PASS and result.message == "192 allowed CPUs for 8 NPU(s) (≥ 5 each)"
+    assert result.status is Status.PASS
+    assert (result.evidence["allowed_cpus"], result.evidence["npus"], result.evidence["needed"]) == (192, 8, 40)
 
 
 def test_cpuset_skips_on_x86(fake_root: Path) -> None:
     kunpeng(fake_root, "0-3")
     result = CpusetPerNpu().run(host_context(fake_root, machine="x86_64", npu_smi=capture(EIGHT_910B3)))
-    assert result.status is Status.SKIP and result.message.startswith("x86_64 host")
+    assert result.status is Status.SKIP and result.evidence == {"arch": "x86_64"}
 
 
 def test_cpuset_skips_without_npus(fake_root: Path) -> None:
     kunpeng(fake_root, "0-3")
     result = CpusetPerNpu().run(host_context(fake_root, machine="aarch64"))
-    assert result.status is Status.SKIP and result.message.startswith("no NPU visible on this node")
+    assert result.status is Status.SKIP and result.evidence == {"npu_smi_error": NPU_SMI_MISSING}
 
 
 # --- npu-cpu-affinity ----------------------------------------------------------------------------------------------
@@ -210,7 +213,7 @@ def test_swappiness(fake_root: Path) -> None:
     assert Swappiness().run(host_context(fake_root)).status is Status.PASS
     put(fake_root, "/proc/sys/vm/swappiness", "60\n")
     result = Swappiness().run(host_context(fake_root))
-    assert result.status is Status.WARN and result.message.startswith("vm.swappiness = 60 (> 10)")
+    assert result.status is Status.WARN and (result.evidence["value"], result.evidence["max"]) == (60, 10)
     assert result.remediation is not None and "sysctl -w vm.swappiness=0" in result.remediation
 
 
@@ -230,7 +233,7 @@ def test_cpu_governor_warns_naming_the_others(fake_root: Path) -> None:
     governors(fake_root, "performance", "powersave", "powersave", "ondemand")
     result = CpuGovernor().run(host_context(fake_root))
     assert result.status is Status.WARN
-    assert result.message == "CPUs not on the performance governor: 1 on ondemand, 2 on powersave"
+    assert result.evidence["governors"] == {"ondemand": 1, "performance": 1, "powersave": 2}
     assert result.evidence["examples"] == {"powersave": [1, 2], "ondemand": [3]}
     assert result.remediation is not None and "cpupower frequency-set -g performance" in result.remediation
 
@@ -238,7 +241,7 @@ def test_cpu_governor_warns_naming_the_others(fake_root: Path) -> None:
 def test_cpu_governor_skips_without_cpufreq(fake_root: Path) -> None:
     (fake_root / "sys/devices/system/cpu/cpu0").mkdir(parents=True)
     result = CpuGovernor().run(host_context(fake_root))
-    assert result.status is Status.SKIP and "no cpufreq" in result.message
+    assert result.status is Status.SKIP and result.evidence == {"governors": {}}
 
 
 # --- shm-size ----------------------------------------------------------------------------------------------------
@@ -253,7 +256,7 @@ def test_shm_size(fake_root: Path, total: int | None, status: Status) -> None:
     if status is not Status.PASS:
         assert result.remediation is not None and "--shm-size=8g" in result.remediation
     if total == 64 * 1024**2:
-        assert result.message == "/dev/shm is 0.1 GiB (< 1.0 GiB): the engine core-dumps under load"
+        assert result.evidence["total_bytes"] < result.evidence["min_bytes"] == GIB
 
 
 def test_shm_size_reads_the_tree(fake_root: Path) -> None:
@@ -286,20 +289,23 @@ def model(directory: Path, shards: int, shard_bytes: int, suffix: str = "safeten
 def test_free_memory_passes(fake_root: Path) -> None:
     meminfo(fake_root, 1536 * GIB, 1400 * GIB)
     result = FreeMemory().run(host_context(fake_root))
-    assert result.status is Status.PASS and result.message == "1400.0 GiB of 1536.0 GiB host memory available"
+    assert result.status is Status.PASS
+    assert (result.evidence["available_bytes"], result.evidence["total_bytes"]) == (1400 * GIB, 1536 * GIB)
 
 
 def test_free_memory_fails_below_the_floor(fake_root: Path) -> None:
     meminfo(fake_root, 16 * GIB, 4 * GIB)
     result = FreeMemory().run(host_context(fake_root))
-    assert result.status is Status.FAIL and result.message == "4.0 GiB of host memory available (< 8.0 GiB)"
-    assert result.remediation is not None and "ps aux --sort=-rss" in result.remediation
+    assert result.status is Status.FAIL
+    assert (result.evidence["available_bytes"], result.evidence["min_bytes"]) == (4 * GIB, 8 * GIB)
+    assert "`ps aux --sort=-rss | head`" in (result.remediation or "")
 
 
 def test_free_memory_warns_below_the_fraction(fake_root: Path) -> None:
     meminfo(fake_root, 1024 * GIB, 50 * GIB)
     result = FreeMemory().run(host_context(fake_root))
-    assert result.status is Status.WARN and "(< 10%)" in result.message
+    assert result.status is Status.WARN and result.evidence["warn_fraction"] == 0.1
+    assert "weights_bytes" not in result.evidence  # the fraction warned, not a model
 
 
 def test_free_memory_warns_when_the_weights_do_not_fit(fake_root: Path, tmp_path: Path) -> None:
@@ -307,15 +313,14 @@ def test_free_memory_warns_when_the_weights_do_not_fit(fake_root: Path, tmp_path
     model(fake_root / "models/qwen", 4, 20 * GIB)
     ctx = host_context(fake_root, options=DoctorOptions(model_dir=Path("/models/qwen")))
     result = FreeMemory().run(ctx)
-    assert result.status is Status.WARN
-    assert result.message.startswith("60.0 GiB available is less than the model's 80.0 GiB of weights")
+    assert result.status is Status.WARN and result.evidence["available_bytes"] == 60 * GIB
     assert result.evidence["weights_bytes"] == 80 * GIB and result.evidence["model_dir"] == "/models/qwen"
 
 
 def test_free_memory_skips_without_memavailable(fake_root: Path) -> None:
     meminfo(fake_root, 64 * GIB, None)
     result = FreeMemory().run(host_context(fake_root))
-    assert result.status is Status.SKIP and "MemAvailable" in result.message
+    assert result.status is Status.SKIP and result.evidence["available_bytes"] is None
 
 
 def test_model_weights_prefers_safetensors_and_follows_links(tmp_path: Path) -> None:
@@ -341,15 +346,16 @@ def test_model_disk_skips_without_a_model_dir(fake_root: Path) -> None:
 def test_model_disk_fails_on_a_missing_dir_naming_it(fake_root: Path) -> None:
     ctx = host_context(fake_root, options=DoctorOptions(model_dir=Path("/models/missing")))
     result = ModelDisk().run(ctx)
-    assert result.status is Status.FAIL and result.message == "model directory /models/missing does not exist"
-    assert result.remediation is not None and "/models/missing" in result.remediation
+    assert result.status is Status.FAIL and result.evidence == {"model_dir": "/models/missing", "exists": False}
+    assert "download the model to /models/missing" in (result.remediation or "")
 
 
 def test_model_disk_fails_on_a_file(fake_root: Path) -> None:
     put(fake_root, "/models/model.safetensors", "")
     options = DoctorOptions(model_dir=Path("/models/model.safetensors"))
     result = ModelDisk().run(host_context(fake_root, options=options))
-    assert result.status is Status.FAIL and "is not a directory" in result.message
+    assert result.status is Status.FAIL
+    assert result.evidence == {"model_dir": "/models/model.safetensors", "is_dir": False}
 
 
 def test_model_disk_passes_with_weights_and_room(fake_root: Path) -> None:
@@ -358,8 +364,8 @@ def test_model_disk_passes_with_weights_and_room(fake_root: Path) -> None:
     ctx._thresholds = {"model_disk_min_free_bytes": 1}
     result = ModelDisk().run(ctx)
     assert result.status is Status.PASS
-    assert result.message.startswith("/models/qwen: 2 safetensors file(s), 6.0 GiB; ")
-    assert result.evidence["weight_format"] == "safetensors"
+    assert {k: result.evidence[k] for k in ("model_dir", "weight_files", "weights_bytes", "weight_format")} == {
+        "model_dir": "/models/qwen", "weight_files": 2, "weights_bytes": 6 * GIB, "weight_format": "safetensors"}
 
 
 def test_model_disk_warns_on_little_free_space(fake_root: Path) -> None:
@@ -367,14 +373,14 @@ def test_model_disk_warns_on_little_free_space(fake_root: Path) -> None:
     ctx = host_context(fake_root, options=DoctorOptions(model_dir=Path("/models/qwen")))
     ctx._thresholds = {"model_disk_min_free_bytes": 1 << 60}
     result = ModelDisk().run(ctx)
-    assert result.status is Status.WARN and "compile caches and logs need room" in result.message
-    assert result.evidence["min_free_bytes"] == 1 << 60
+    assert result.status is Status.WARN and result.evidence["weight_files"] == 1
+    assert result.evidence["free_bytes"] < result.evidence["min_free_bytes"] == 1 << 60
 
 
 def test_model_disk_warns_on_a_dir_without_weights(fake_root: Path) -> None:
     put(fake_root, "/models/empty/config.json", "{}")
     result = ModelDisk().run(host_context(fake_root, options=DoctorOptions(model_dir=Path("/models/empty"))))
-    assert result.status is Status.WARN and "no *.safetensors or *.bin weights" in result.message
+    assert result.status is Status.WARN and result.evidence["weight_files"] == 0
 
 
 def test_model_disk_resolves_a_relative_dir_against_the_working_directory(
@@ -394,9 +400,9 @@ def test_open_files_warns_on_a_low_soft_limit(fake_root: Path, monkeypatch: pyte
     monkeypatch.setattr(host_checks.resource, "getrlimit", lambda which: (1024, 4096))
     result = OpenFiles().run(host_context(fake_root))
     assert result.status is Status.WARN
-    assert result.message == "open-file limit 1024 (< 65535): a busy server runs out of file descriptors"
-    assert result.remediation is not None
-    assert "LimitNOFILE=65535" in result.remediation and "(the hard limit 4096 too)" in result.remediation
+    assert (result.evidence["soft"], result.evidence["hard"], result.evidence["min"]) == (1024, 4096, 65535)
+    assert "LimitNOFILE=65535" in (result.remediation or "")  # the unit setting to add
+    assert "(the hard limit 4096 too)" in (result.remediation or "")  # a soft limit cannot pass the hard one
 
 
 def test_open_files_passes(fake_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,36 +27,19 @@ from npuops.doctor.model import Check, Result, Status
 from npuops.doctor.registry import discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.failures import classify_import_failure
-from npuops.hardware.node import InstalledComponent, Node, discover_node
-from npuops.hardware.probe import Probe
-from npuops.hardware.python_stack import STACK_DISTRIBUTIONS, PythonStack
+from npuops.hardware.node import InstalledComponent, Node
+from npuops.hardware.probe import RC_TIMEOUT, Probe
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture, put
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.nodes import ROW_0_13, VENV_PYTHON, bare_node, make_stack
+from tests.support.paths import REPO
 
 STACK_IDS = ("stack-row", "python-version", "torch-npu-cann", "torch-npu-import")
-VENV_PYTHON = "/opt/npuops/venv/bin/python"
-
-# Row 0.13.0 as a node carries it: torch from the CPU index and vllm built with VLLM_TARGET_DEVICE=empty.
-ROW_0_13 = {"torch": "2.8.0+cpu", "torch_npu": "2.8.0.post2", "vllm": "0.13.0+empty", "vllm_ascend": "0.13.0",
-            "triton_ascend": "3.2.0"}
 
 
 # --- building contexts ------------------------------------------------------------------------------------------
-
-
-def make_stack(versions: dict[str, str] | None = None, python: str = "3.11.7", executable: str = VENV_PYTHON,
-               error: str | None = None) -> PythonStack:
-    full: dict[str, str | None] = {c: None for c in STACK_DISTRIBUTIONS}
-    full.update(versions or {})
-    dists = {c: c.replace("_", "-") for c, v in full.items() if v is not None}
-    return PythonStack(python, executable, full, dists, error)
-
-
-def bare_node(root: Path, machine: str = "x86_64", npu_smi: str | None = None) -> Node:
-    """The node an empty (or prepared) root tree gives, without running any real command."""
-    answers: dict[tuple[str, ...], tuple[int, str, str]] = {("npu-smi", "info"): (0, npu_smi, "")} if npu_smi else {}
-    probe = Probe(Settings(root=root), runner=FakeRunner(answers, passthrough_python=False), machine=lambda: machine)
-    return discover_node(probe)
 
 
 def with_cann(node: Node, version: str | None) -> Node:
@@ -125,7 +108,7 @@ def test_stack_row_passes_on_an_exact_row(fake_root: Path) -> None:
     result = run_with(fake_root, StackRowCheck, ROW_0_13)
     assert result.status is Status.PASS
     assert result.evidence["row"] == "0.13.0"
-    assert "torch 2.8.0+cpu" in result.message
+    assert result.evidence["installed"]["torch"] == "2.8.0+cpu"
 
 
 def test_stack_row_ignores_components_a_row_does_not_pin(fake_root: Path) -> None:
@@ -137,20 +120,19 @@ def test_stack_row_ignores_components_a_row_does_not_pin(fake_root: Path) -> Non
 
 def test_stack_row_fails_naming_the_differing_component_and_what_to_install(fake_root: Path) -> None:
     result = run_with(fake_root, StackRowCheck, {**ROW_0_13, "torch_npu": "2.8.0"})
-    assert result.status is Status.FAIL
-    assert "closest is 0.13.0" in result.message and "torch-npu 2.8.0 (row wants 2.8.0.post2)" in result.message
-    assert result.remediation is not None
-    assert "'torch-npu==2.8.0.post2'" in result.remediation and "npuops provision --tags python" in result.remediation
+    assert result.status is Status.FAIL and result.evidence["closest_row"] == "0.13.0"
     assert result.evidence["differences"] == [{"component": "torch-npu", "installed": "2.8.0",
                                                "wanted": "2.8.0.post2"}]
+    # The fix is the command that installs the row's pin.
+    assert "pip install 'torch-npu==2.8.0.post2'" in (result.remediation or "")
 
 
 def test_stack_row_fails_when_vllm_ascend_lacks_torch_npu(fake_root: Path) -> None:
     result = run_with(fake_root, StackRowCheck, {"torch": "2.8.0", "vllm": "0.13.0", "vllm_ascend": "0.13.0",
                                                  "triton_ascend": "3.2.0"})
     assert result.status is Status.FAIL
-    assert "torch-npu not installed (row wants 2.8.0.post2)" in result.message
-    assert result.remediation is not None and "'torch-npu==2.8.0.post2'" in result.remediation
+    assert result.evidence["differences"] == [{"component": "torch-npu", "installed": None, "wanted": "2.8.0.post2"}]
+    assert "pip install 'torch-npu==2.8.0.post2'" in (result.remediation or "")
 
 
 def test_stack_row_fails_an_rc_of_a_known_release(fake_root: Path) -> None:
@@ -165,23 +147,22 @@ def test_stack_row_warns_on_a_vllm_ascend_newer_than_the_table(fake_root: Path) 
     versions = {"torch": "2.11.0", "torch_npu": "2.11.0", "vllm": "0.30.0", "vllm_ascend": "0.30.0",
                 "triton_ascend": "3.3.0"}
     result = run_with(fake_root, StackRowCheck, versions)
-    assert result.status is Status.WARN
-    assert "newer than every row" in result.message
-    assert result.remediation is not None and "versioning_policy" in result.remediation
+    assert result.status is Status.WARN and result.evidence["torch_pair_ok"] is True
+    assert result.evidence["installed"]["vllm-ascend"] == "0.30.0"
+    assert "versioning_policy" in (result.remediation or "")  # where the operator looks the pins up
 
 
 def test_stack_row_fails_an_unknown_release_whose_torch_differs_from_torch_npu(fake_root: Path) -> None:
     versions = {"torch": "2.12.0", "torch_npu": "2.11.0", "vllm": "0.30.0", "vllm_ascend": "0.30.0"}
     result = run_with(fake_root, StackRowCheck, versions)
-    assert result.status is Status.FAIL
-    assert "torch_npu 2.11.0 needs torch of the same release, not 2.12.0" in result.message
+    assert result.status is Status.FAIL and result.evidence["torch_pair_ok"] is False
+    assert (result.evidence["installed"]["torch"], result.evidence["installed"]["torch-npu"]) == ("2.12.0", "2.11.0")
 
 
 def test_stack_row_skips_without_an_npu_stack(fake_root: Path) -> None:
     result = run_with(fake_root, StackRowCheck, {"torch": "2.13.0+cpu", "vllm": "0.32.0"})
-    assert result.status is Status.SKIP
-    assert result.message.startswith(f"no NPU Python stack in {VENV_PYTHON}")
-    assert result.remediation is not None and "npuops provision --tags python" in result.remediation
+    assert result.status is Status.SKIP and result.evidence == {"executable": VENV_PYTHON}
+    assert "npuops provision --tags python" in (result.remediation or "")
 
 
 def test_stack_row_fails_when_the_interpreter_cannot_run(fake_root: Path) -> None:
@@ -189,8 +170,8 @@ def test_stack_row_fails_when_the_interpreter_cannot_run(fake_root: Path) -> Non
         error="`/opt/npuops/venv/bin/python -I -c ...`: /opt/npuops/venv/bin/python: command not found"))
     result = StackRowCheck().run(context(fake_root, node))
     assert result.status is Status.FAIL
-    assert "command not found" in result.message
-    assert result.remediation is not None and "NPUOPS_STACK_PYTHON" in result.remediation
+    assert result.evidence["error"] == node.python_stack.error
+    assert "NPUOPS_STACK_PYTHON" in (result.remediation or "")  # the setting to fix
 
 
 # --- python-version ----------------------------------------------------------------------------------------------
@@ -205,8 +186,8 @@ def test_python_version_inside_the_row(fake_root: Path) -> None:
 def test_python_version_outside_the_row_fails(fake_root: Path) -> None:
     result = run_with(fake_root, PythonVersion, ROW_0_13, python="3.12.3")
     assert result.status is Status.FAIL
-    assert "Python 3.12.3 is outside 3.10-3.11" in result.message
-    assert result.remediation is not None and "python3.11" in result.remediation
+    assert (result.evidence["python"], result.evidence["range"]) == ("3.12.3", "3.10-3.11")
+    assert "python3.11" in (result.remediation or "")  # the interpreter to recreate the venv with
 
 
 def test_python_version_uses_the_row_of_vllm_ascend_when_nothing_matches(fake_root: Path) -> None:
@@ -217,7 +198,7 @@ def test_python_version_uses_the_row_of_vllm_ascend_when_nothing_matches(fake_ro
 
 def test_python_version_skips_without_an_npu_stack(fake_root: Path) -> None:
     result = run_with(fake_root, PythonVersion, {"torch": "2.13.0"})
-    assert result.status is Status.SKIP and "no NPU Python stack" in result.message
+    assert result.status is Status.SKIP and result.evidence == {"executable": VENV_PYTHON}
 
 
 # --- torch-npu-cann ----------------------------------------------------------------------------------------------
@@ -240,8 +221,9 @@ def test_torch_npu_cann_fails_on_another_cann(fake_root: Path) -> None:
     # Field capture vllm-ascend#4930-like: CANN 8.2.RC1 on the node, torch_npu of the 8.3 line.
     result = run_with(fake_root, TorchNpuCann, {"torch": "2.7.1", "torch_npu": "2.7.1"}, cann="8.2.RC1")
     assert result.status is Status.FAIL
-    assert result.message == "torch_npu 2.7.1 is built for CANN 8.3.RC1, but CANN 8.2.RC1 is installed"
-    assert result.remediation is not None and "undefined symbol" in result.remediation
+    assert (result.evidence["torch_npu"], result.evidence["cann"], result.evidence["wanted"]) == (
+        "2.7.1", "8.2.RC1", ["8.3.RC1"])
+    assert "install CANN 8.3.RC1" in (result.remediation or "")
 
 
 def test_torch_npu_cann_reads_the_cann_of_a_real_install(fake_root: Path) -> None:
@@ -261,15 +243,16 @@ def test_torch_npu_cann_falls_back_to_the_base_release(fake_root: Path) -> None:
 
 def test_torch_npu_cann_warns_on_an_unknown_torch_npu(fake_root: Path) -> None:
     result = run_with(fake_root, TorchNpuCann, {"torch_npu": "3.1.0"}, cann="9.1.0")
-    assert result.status is Status.WARN and "not in npuops' compat table" in result.message
+    assert result.status is Status.WARN and result.evidence["wanted"] == [] and result.evidence["cann"] == "9.1.0"
 
 
 def test_torch_npu_cann_skips(fake_root: Path) -> None:
     no_npu = run_with(fake_root, TorchNpuCann, {"torch": "2.8.0"}, cann="8.5.0")
-    assert no_npu.status is Status.SKIP and "torch_npu is not installed" in no_npu.message
+    assert no_npu.status is Status.SKIP and no_npu.evidence == {"torch_npu": None, "error": None}
     no_cann = run_with(fake_root, TorchNpuCann, ROW_0_13, cann=None)
-    assert no_cann.status is Status.SKIP and "CANN is not installed" in no_cann.message
-    assert no_cann.remediation is not None and "--tags cann" in no_cann.remediation
+    assert no_cann.status is Status.SKIP and no_cann.evidence["torch_npu"] == "2.8.0.post2"
+    assert no_cann.evidence["cann_path"].endswith("/ascend_toolkit_install.info")
+    assert "npuops provision --tags cann" in (no_cann.remediation or "")
 
 
 # --- the import failure classifier, on real messages ------------------------------------------------------------
@@ -443,8 +426,9 @@ def test_torch_npu_import_fails_with_cann_not_sourced(fake_root: Path, tmp_path:
     ctx = import_context(fake_root, python, env_file)
     result = TorchNpuImport().run(ctx)
     assert result.status is Status.FAIL
-    assert result.message == "import torch_npu fails: CANN's libraries are not on the library path (libhccl.so)"
     assert result.evidence["kind"] == "cann-not-sourced"
+    assert result.evidence["line"] == (
+        "ImportError: libhccl.so: cannot open shared object file: No such file or directory")
     assert result.evidence["env_source"] == str(env_file)
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD removed" in result.evidence["note"]
     assert result.remediation is not None and str(env_file) in result.remediation
@@ -472,7 +456,7 @@ def test_torch_npu_import_passes_and_reports_the_devices(fake_root: Path, tmp_pa
     python = fake_interpreter(tmp_path, ROW_0_13, stdout=out + "\n")
     result = TorchNpuImport().run(import_context(fake_root, python))
     assert result.status is Status.PASS
-    assert result.message == "torch_npu 2.8.0.post2 imports, 8 device(s) visible"
+    assert (result.evidence["torch_npu"], result.evidence["device_count"]) == ("2.8.0.post2", 8)
     assert result.evidence["soc_version"] == 223
 
 
@@ -482,7 +466,7 @@ def test_torch_npu_import_fails_an_a2_wheel_on_a3_chips(fake_root: Path, tmp_pat
     python = fake_interpreter(tmp_path, ROW_0_13, stdout=out + "\n")
     result = TorchNpuImport().run(import_context(fake_root, python))
     assert result.status is Status.FAIL and result.evidence["kind"] == "device-type"
-    assert "built for A2 but the chips are A3" in result.message
+    assert (result.evidence["built_for"], result.evidence["chip_family"]) == ("A2", "A3")
 
 
 def test_torch_npu_import_uses_the_chip_family_when_soc_is_unknown(fake_root: Path, tmp_path: Path) -> None:
@@ -490,7 +474,9 @@ def test_torch_npu_import_uses_the_chip_family_when_soc_is_unknown(fake_root: Pa
     python = fake_interpreter(tmp_path, ROW_0_13, stdout=out + "\n")
     ctx = import_context(fake_root, python, npu_smi=capture("npu-smi-info_a3-ascend910-2chip_1.txt"))
     result = TorchNpuImport().run(ctx)
-    assert result.status is Status.FAIL and "chips are A3" in result.message
+    assert result.status is Status.FAIL and result.evidence["kind"] == "device-type"
+    assert (result.evidence["built_for"], result.evidence["chip_family"]) == ("A2", "A3")
+    assert "soc_version" not in result.evidence  # the family came from npu-smi
 
 
 def test_torch_npu_import_times_out(fake_root: Path, tmp_path: Path) -> None:
@@ -498,15 +484,15 @@ def test_torch_npu_import_times_out(fake_root: Path, tmp_path: Path) -> None:
     ctx = import_context(fake_root, python)
     ctx._thresholds = {"torch_npu_import_timeout_s": 0.5}
     result = TorchNpuImport().run(ctx)
-    assert result.status is Status.FAIL and "did not finish in 0.5 s" in result.message
-    assert result.remediation is not None and "npu-smi info" in result.remediation
+    assert result.status is Status.FAIL
+    assert (result.evidence["returncode"], result.evidence["timeout_s"]) == (RC_TIMEOUT, 0.5)
+    assert "`npu-smi info`" in (result.remediation or "")
 
 
 def test_torch_npu_import_skips_without_torch_npu(fake_root: Path, tmp_path: Path) -> None:
     python = fake_interpreter(tmp_path, {"torch": "2.13.0+cpu"})
     result = TorchNpuImport().run(import_context(fake_root, python))
-    assert result.status is Status.SKIP
-    assert "torch_npu is not installed" in result.message
+    assert result.status is Status.SKIP and result.evidence == {"torch_npu": None, "error": None}
     assert not (tmp_path / "probe-env.txt").exists()
 
 

@@ -13,7 +13,7 @@ from npuops.doctor.context import CheckContext
 from npuops.doctor.model import TAG_VERIFY, TAGS, Check, Result, Severity
 from npuops.doctor.registry import OPT_IN_TAGS, checks_tagged, discover_checks, select_checks
 from npuops.errors import BadInputError
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 _ID = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 _IDS = rf"{_ID}(?:,{_ID})*"

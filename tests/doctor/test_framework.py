@@ -25,7 +25,9 @@ from npuops.errors import BadInputError
 from npuops.hardware.probe import Probe
 from npuops.resources import shipped_dir
 from npuops.settings import Settings
-from tests.conftest import REPO, FakeRunner, capture
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.paths import REPO
 
 
 def test_result_requires_remediation_unless_pass() -> None:
@@ -112,7 +114,7 @@ def test_a_crashing_check_becomes_error_and_the_others_still_run(tmp_path: Path)
     by_id = {o.check_id: o for o in report.outcomes}
     assert by_id["test-passing"].result.status is Status.PASS
     crashed = by_id["test-crashing"].result
-    assert crashed.status is Status.ERROR and "KeyError" in crashed.message and crashed.remediation
+    assert crashed.status is Status.ERROR and crashed.evidence["exception"] == "KeyError" and crashed.remediation
     assert by_id["test-failing"].result.status is Status.FAIL
     assert not report.ok
     # failures first, grouped by area
@@ -269,7 +271,7 @@ def test_doctor_list_explain_and_bad_ids() -> None:
 
 
 def test_doctor_with_a_sick_chip_from_a_fake_npu_smi(tmp_path: Path) -> None:
-    from tests.conftest import write_fake_tool
+    from tests.support.fake_commands import write_fake_tool
 
     write_fake_tool(tmp_path / "bin", "npu-smi", capture("npu-smi-info_error-8005_container_1.txt"), rc=255)
     proc = _doctor("--json", "--only", "npu-smi-runs",

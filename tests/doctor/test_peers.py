@@ -12,7 +12,7 @@ import pytest
 
 from npuops.doctor.context import PeerGroup, PeerHost, parse_peers
 from npuops.errors import BadInputError
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_list_form_with_defaults() -> None:

@@ -11,14 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.engine.conftest import (
-    KV_CACHE_BYTES,
-    MAX_MODEL_LEN,
-    REPO,
-    EngineProcess,
-    parse_kv_cache_tokens,
-    prometheus_samples,
-)
+from tests.support.engine import KV_CACHE_BYTES, MAX_MODEL_LEN, EngineProcess, parse_kv_cache_tokens, prometheus_samples
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

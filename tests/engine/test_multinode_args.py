@@ -23,7 +23,7 @@ from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
-from tests.engine.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.engine]
 

@@ -1,4 +1,4 @@
-"""Multi-node serving across real SSH test hosts (network namespaces, tests/provision/ssh_hosts.py), launched with
+"""Multi-node serving across real SSH test hosts (network namespaces, tests/support/ssh_hosts.py), launched with
 `npuops launch -i INVENTORY --group G`: the units npuops renders, installed and started on each host by
 launch-group.yml (docker-systemctl-replacement stands in for systemd, which is not init here).
 
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from npuops.instance.ray import RAY_NODES_SCRIPT
-from tests.engine.test_supervised import wait_for
-from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
+from tests.support.ssh_hosts import TestFleet
+from tests.support.workspace import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
@@ -68,7 +68,7 @@ print(json.dumps({"tokens": body["usage"]["completion_tokens"], "text": body["ch
 """
 
 
-def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,  # noqa: F811
+def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,
                                                       tiny_model: Path, tmp_path: Path) -> None:
     """`npuops launch -i INVENTORY --group G` end to end: launch-group.yml installs the units on both hosts, starts
     the Ray head, the worker, waits for both nodes, starts the engine (vllm serve, PP=2 over Ray: one stage per host)
@@ -150,7 +150,7 @@ def group_status_of(inventory: Path, artifacts: Path, name: str) -> tuple[int, d
     return rc, json.loads(out)
 
 
-def test_launch_native_data_parallel_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,  # noqa: F811
+def test_launch_native_data_parallel_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,
                                                   tiny_model: Path, tmp_path: Path) -> None:
     """vLLM's native data parallel over two hosts, no Ray: the leader (API server, rank 0) on the first host and a
     `--headless` follower (rank 1) on the second, both under `npuops run`, started by launch-group.yml."""

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from npuops.envfile import parse_env_file
-from tests.conftest import REPO
-from tests.engine.conftest import free_port, start_engine
+from tests.support.engine import start_engine
+from tests.support.http_server import free_port
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

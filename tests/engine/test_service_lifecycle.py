@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import engine_env, free_port, short_tmp_dir
-from tests.engine.test_supervised import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for
+from tests.support.engine import engine_env, short_tmp_dir
+from tests.support.http_server import free_port
+from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,47 +28,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.engine.conftest import engine_env, free_port, http_request, short_tmp_dir
+from tests.support.engine import engine_env, short_tmp_dir
+from tests.support.http_server import free_port, http_request
+from tests.support.npuops_cli import npuops_argv
+from tests.support.paths import REPO
+from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 START_TIMEOUT_S = 240.0
-# The flags of the tiny model on the CPU target (testing-recipes.md); the plan turns them into vllm.yaml.
-PLAN_FLAGS = ("--hardware", "cpu", "--dtype", "float32", "--max-model-len", "512", "--input-len", "256",
-              "--output-len", "64", "--enforce-eager", "--kv-cache-memory-bytes", str(256 * 2**20))
-
-
-def npuops_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "npuops", *args]
 
 
 def launch_args(model: Path, name: str, port: int, engine_python: Path, *extra: str) -> list[str]:
     return ["launch", str(model), *PLAN_FLAGS, "--name", name, "--port", str(port),
             "--vllm", str(engine_python.parent / "vllm"), *extra]
-
-
-@dataclass
-class Workspace:
-    env: dict[str, str]
-    state: Path
-    tmp_dirs: list[Path] = field(default_factory=list)
-
-    def run(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(npuops_argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
-                              cwd=REPO, check=False)
-
-    def status(self, name: str) -> dict[str, object]:
-        proc = self.run("status", name, "--json")
-        (instance,) = json.loads(proc.stdout)["instances"]
-        assert isinstance(instance, dict)
-        return instance
-
-    def supervisor_state(self, name: str, data_root: Path | None = None) -> dict[str, object]:
-        path = (data_root / f"npuops-{name}" if data_root else self.state / name) / "supervisor.json"
-        data = json.loads(path.read_text())
-        assert isinstance(data, dict)
-        return data
 
 
 @pytest.fixture
@@ -86,27 +58,6 @@ def workspace(tmp_path: Path, engine_compile_cache: Path) -> Iterator[Workspace]
         shutil.rmtree(d, ignore_errors=True)
 
 
-def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process of process group `pgid` remains (zombies wait for a reaper that a
-    container's init may never be)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
-
-
 def authorized_post(url: str, data: dict[str, object], key: str) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
                                  headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
@@ -121,13 +72,6 @@ def engine_cmdlines() -> list[str]:
         with contextlib.suppress(OSError):
             lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"))
     return lines
-
-
-def kill_group(pgid: int | None) -> None:
-    if pgid:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGCONT)
-            os.killpg(pgid, signal.SIGKILL)
 
 
 def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace, engine_python: Path,

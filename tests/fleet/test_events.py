@@ -14,7 +14,7 @@ import pytest
 from npuops.fleet.events import HostStats, PlaybookEvent, ansible_errors, parse_event, result_message
 from npuops.fleet.facts import FIX_NO_MODEL, FIX_NOT_FOUND, FIX_UNREACHABLE, NODE_STATS_KEY, fleet_facts_from_run
 from npuops.fleet.host_results import EventCollector
-from tests.fleet.conftest import recorded, replay
+from tests.support.playbook_runs import recorded, replay
 
 ALL_RECORDINGS = [
     "node-facts-local-and-unreachable",

@@ -13,7 +13,7 @@ import pytest
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_NOT_FOUND, FIX_UNREACHABLE, collect_node_models
 from npuops.hardware.node import Node
-from tests.fleet.conftest import INVENTORIES, NPUOPS
+from tests.support.paths import FLEET_INVENTORIES, NPUOPS
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def test_localhost_node_model(artifacts: Path) -> None:
 
 def test_unreachable_host_beside_localhost(artifacts: Path) -> None:
     started = time.monotonic()
-    facts = collect_node_models(inventory=INVENTORIES / "local-and-unreachable.yml", artifacts_dir=artifacts,
+    facts = collect_node_models(inventory=FLEET_INVENTORIES / "local-and-unreachable.yml", artifacts_dir=artifacts,
                                 npuops_command=NPUOPS)
     assert time.monotonic() - started < 30  # refused at once, not an ssh timeout
     assert not facts.ok
@@ -52,7 +52,7 @@ def test_unreachable_host_beside_localhost(artifacts: Path) -> None:
 
 
 def test_limit_selects_hosts(artifacts: Path) -> None:
-    facts = collect_node_models(inventory=INVENTORIES / "local-and-unreachable.yml", artifacts_dir=artifacts,
+    facts = collect_node_models(inventory=FLEET_INVENTORIES / "local-and-unreachable.yml", artifacts_dir=artifacts,
                                 npuops_command=NPUOPS, limit="localhost")
     assert facts.ok and list(facts.hosts) == ["localhost"]
 

@@ -48,8 +48,11 @@ from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.resources import shipped_dir
 from npuops.settings import Settings
-from tests.conftest import FakeRunner, capture, put
-from tests.fleet.conftest import FIXTURES, replay
+from tests.support.captures import capture
+from tests.support.fake_commands import FakeRunner
+from tests.support.host_tree import put
+from tests.support.paths import FLEET_RECORDINGS
+from tests.support.playbook_runs import replay
 
 ASCEND = "/usr/local/Ascend"
 TOOLKIT_83 = "ascend_toolkit_install-info_aarch64_3.txt"  # CANN 8.3.RC1
@@ -196,7 +199,7 @@ def test_parse_clock_reading(text: Any, value: float | None) -> None:
 def test_peers_of_a_serving_group_read_from_a_real_inventory() -> None:
     """fixtures/serving-group-inventory.yml through ansible-inventory (npuops.fleet.inventory): inventory order,
     ansible_host and ansible_port, a templated address replaced by the host's name."""
-    members = read_inventory_group(FIXTURES / "serving-group-inventory.yml", "serve")
+    members = read_inventory_group(FLEET_RECORDINGS / "serving-group-inventory.yml", "serve")
     assert [m.name for m in members] == ["node-b", "node-a", "node-c"]
     peers = build_peers(members, {})
     assert peers["node-a"] == {"peers": [{"name": "node-b", "address": "10.213.0.12", "port": 2222, "npu_ips": {}},
@@ -415,7 +418,7 @@ def test_no_doctor_run_when_no_host_answered() -> None:
     (["-i", "@FIXTURES@/does-not-exist.yml"], 3, "does not exist"),
 ])
 def test_cli_refusals_are_one_line(args: list[str], rc: int, message: str, tmp_path: Path) -> None:
-    argv = [a.replace("@FIXTURES@", str(FIXTURES)) for a in args]
+    argv = [a.replace("@FIXTURES@", str(FLEET_RECORDINGS)) for a in args]
     proc = subprocess.run([sys.executable, "-m", "npuops", "doctor", *argv, "--artifacts", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == rc, proc.stderr

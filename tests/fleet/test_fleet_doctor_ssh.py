@@ -1,5 +1,5 @@
 """`npuops doctor -i INVENTORY` for real: three SSH test hosts (sshd in network namespaces, each with its own overlay
-over /usr, /etc, ...; tests/provision/ssh_hosts.py), each with an Ascend install made of recorded files.
+over /usr, /etc, ...; tests/support/ssh_hosts.py), each with an Ascend install made of recorded files.
 
 Every host gets, in its own /usr/local/Ascend: the driver 25.0.rc1.1 and firmware version.info captures, the CANN
 8.2.RC2 version.cfg (the kernels) and NNAL 8.2.RC2 version.info, and a CANN toolkit install-info capture; an
@@ -24,8 +24,9 @@ import pytest
 
 from npuops.errors import NpuopsError
 from npuops.fleet.facts import FIX_UNREACHABLE
-from tests.conftest import REPO, capture
-from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
+from tests.support.captures import capture
+from tests.support.paths import REPO
+from tests.support.ssh_hosts import TestFleet
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def install_ascend(fleet: TestFleet, name: str, toolkit: str) -> None:
     put_on_host(fleet, name, f"{tools}/hccn_tool", FAKE_HCCN_TOOL, "755")
 
 
-def three_hosts(ssh_fleet: StartFleet) -> tuple[TestFleet, Path]:  # noqa: F811
+def three_hosts(ssh_fleet: StartFleet) -> tuple[TestFleet, Path]:
     """Three hosts, the third with another CANN, and their inventory (group `fleet`)."""
     fleet = ssh_fleet(3)
     h1, h2, h3 = fleet.names
@@ -97,7 +98,7 @@ def checks_by_id(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in report["checks"]}
 
 
-def test_serving_group_with_one_host_on_another_cann(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_serving_group_with_one_host_on_another_cann(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet, inventory = three_hosts(ssh_fleet)
     h1, h2, h3 = fleet.names
     proc = fleet_doctor(inventory, tmp_path / "artifacts", "--group", "fleet", "--level", "2", "--json")
@@ -149,7 +150,7 @@ def test_serving_group_with_one_host_on_another_cann(ssh_fleet: StartFleet, tmp_
                                                                                            "fleet-doctor"]
 
 
-def test_unreachable_host_is_a_row_with_the_fix(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_unreachable_host_is_a_row_with_the_fix(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet, inventory = three_hosts(ssh_fleet)
     h1, h2, h3 = fleet.names
     fleet.kill_sshd(h2)

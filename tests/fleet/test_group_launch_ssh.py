@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
+from tests.support.paths import REPO
+from tests.support.ssh_hosts import TestFleet
 
 pytestmark = [pytest.mark.slow]
 
@@ -26,7 +26,7 @@ SYSTEMCTL = Path(sys.executable).parent / "systemctl3.py"
 MODEL = REPO / "tests" / "fixtures" / "models" / "qwen3-8b"
 
 
-def test_launch_stops_at_a_network_the_cluster_cannot_use(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_launch_stops_at_a_network_the_cluster_cannot_use(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet = ssh_fleet(2)
     first, second = fleet.names
     wrapper = tmp_path / "npuops-on-host"

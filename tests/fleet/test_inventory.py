@@ -14,7 +14,7 @@ import pytest
 from npuops.errors import BadInputError
 from npuops.fleet.inventory import InventoryHost, group_hosts, read_inventory_group
 from npuops.fleet.runner import BASE_ENVVARS
-from tests.fleet.conftest import VENV_BIN
+from tests.support.paths import VENV_BIN
 
 ANSIBLE_INVENTORY = VENV_BIN / "ansible-inventory"
 

@@ -19,9 +19,9 @@ from npuops.fleet.runner import (
     resolve_playbook,
     run_playbook,
 )
-from tests.fleet.conftest import INVENTORIES, PLAYBOOKS, VENV_BIN
+from tests.support.paths import FLEET_INVENTORIES, FLEET_PLAYBOOKS, VENV_BIN
 
-WRITE_FILE = str(PLAYBOOKS / "write-file.yml")
+WRITE_FILE = str(FLEET_PLAYBOOKS / "write-file.yml")
 
 
 # --- refused before anything runs -----------------------------------------------------------------
@@ -134,7 +134,7 @@ def test_limit_matching_nothing(artifacts: Path) -> None:
 
 @pytest.mark.slow
 def test_broken_inventory(artifacts: Path) -> None:
-    broken = INVENTORIES / "broken.ini"
+    broken = FLEET_INVENTORIES / "broken.ini"
     with pytest.raises(BadInputError) as caught:
         run_playbook("node-facts.yml", inventory=broken, artifacts_dir=artifacts)
     assert caught.value.problem == f"Ansible could not parse the inventory {broken}"
@@ -157,7 +157,7 @@ def test_failing_event_handler_stops_the_run(artifacts: Path, tmp_path: Path) ->
     target = tmp_path / "late.txt"
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="display broke"):
-        run_playbook(str(PLAYBOOKS / "slow.yml"), inventory=["localhost"], artifacts_dir=artifacts,
+        run_playbook(str(FLEET_PLAYBOOKS / "slow.yml"), inventory=["localhost"], artifacts_dir=artifacts,
                      extravars={"npuops_test_file": str(target)}, on_event=explode)
     # Cancelled during the 10 s task instead of running on without anyone watching: the last task
     # never ran. (ansible-runner notices within its 1 s poll, then waits up to 5 s for the pty to close.)
@@ -168,7 +168,7 @@ def test_failing_event_handler_stops_the_run(artifacts: Path, tmp_path: Path) ->
 @pytest.mark.slow
 def test_job_timeout(artifacts: Path, tmp_path: Path) -> None:
     target = tmp_path / "late.txt"
-    run = run_playbook(str(PLAYBOOKS / "slow.yml"), inventory=["localhost"], artifacts_dir=artifacts,
+    run = run_playbook(str(FLEET_PLAYBOOKS / "slow.yml"), inventory=["localhost"], artifacts_dir=artifacts,
                        extravars={"npuops_test_file": str(target)}, timeout_s=2)
     assert run.status == "timeout" and not run.ok
     assert not target.exists()

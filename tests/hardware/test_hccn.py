@@ -20,7 +20,8 @@ from npuops.hardware.hccn import (
     parse_hccn_ping,
 )
 from npuops.parsing import ParseError
-from tests.conftest import ASCEND_FIXTURES, capture
+from tests.support.captures import capture
+from tests.support.paths import ASCEND_FIXTURES
 
 # ---------------------------------------------------------------------------------------------------------------
 # -link -g / -net_health -g / -ip -g

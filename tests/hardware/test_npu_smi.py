@@ -24,7 +24,8 @@ from npuops.hardware.npu_smi import (
     parse_npu_smi_info,
 )
 from npuops.parsing import ParseError
-from tests.conftest import ASCEND_FIXTURES, REPO, capture
+from tests.support.captures import capture
+from tests.support.paths import ASCEND_FIXTURES, REPO
 
 GOLDEN_DIR = REPO / "tests" / "golden" / "npu_smi"
 FIXTURES = sorted(ASCEND_FIXTURES.glob("npu-smi-info_*.txt"))

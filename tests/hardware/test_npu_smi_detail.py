@@ -16,7 +16,8 @@ from npuops.hardware.npu_smi_detail import (
     parse_npu_smi_topo,
 )
 from npuops.parsing import ParseError
-from tests.conftest import ASCEND_FIXTURES, capture
+from tests.support.captures import capture
+from tests.support.paths import ASCEND_FIXTURES
 
 # ---------------------------------------------------------------------------------------------------------------
 # Generic Key : Value

@@ -20,7 +20,8 @@ from npuops.hardware.versions import (
     parse_toolkit_install_info,
 )
 from npuops.parsing import ParseError
-from tests.conftest import ASCEND_FIXTURES, capture
+from tests.support.captures import capture
+from tests.support.paths import ASCEND_FIXTURES
 
 # ---------------------------------------------------------------------------------------------------------------
 # driver version.info

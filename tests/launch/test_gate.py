@@ -28,8 +28,10 @@ from npuops.instance.ray import RayState
 from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership
 from npuops.service.gate import gate_checks, run_gate
 from npuops.settings import Settings
-from tests.conftest import REPO, capture, write_fake_tool
-from tests.service.instance_records import make_record
+from tests.support.captures import capture
+from tests.support.fake_commands import write_fake_tool
+from tests.support.instance_records import make_record
+from tests.support.paths import REPO
 
 B2C = "npu-smi-info_910b2c_4dev_proc_1.txt"
 MODEL = REPO / "tests" / "fixtures" / "models" / "qwen3-8b"
@@ -101,7 +103,8 @@ def test_the_gate_passes_a_healthy_chip_it_uses_and_ignores_the_sick_one_it_does
     checks = {c["id"]: c for c in report["checks"]}
     assert checks["hbm-free"]["status"] == "pass"
     # The sick chip is someone else's problem: a warning, not a refusal.
-    assert checks["chip-health"]["status"] == "warn" and "not used by this launch" in checks["chip-health"]["message"]
+    assert checks["chip-health"]["status"] == "warn"
+    assert [(p["npu_id"], p["in_launch"]) for p in checks["chip-health"]["evidence"]["problems"]] == [(4, False)]
     # This fake node has no driver or CANN installed: those refuse, as they would on a bare node.
     assert "driver-installed" in report["blocking"] and "chip-health" not in report["blocking"]
 

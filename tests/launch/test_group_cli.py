@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 INVENTORY = REPO / "tests" / "fleet" / "inventories" / "two-local.yml"
 

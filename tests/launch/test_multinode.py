@@ -49,7 +49,7 @@ from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
-from tests.plan.conftest import TINY_LLAMA
+from tests.support.model_dirs import TINY_LLAMA
 
 UNIT_DIR = Path("/etc/systemd/system")
 RAY = ("/opt/npuops/venv/bin/ray",)

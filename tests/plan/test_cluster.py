@@ -30,7 +30,7 @@ from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from npuops.plan.text import render_plan_text
-from tests.plan.conftest import TINY_LLAMA
+from tests.support.model_dirs import TINY_LLAMA
 
 WORKLOAD = Workload(1024, 256)
 

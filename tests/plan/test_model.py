@@ -10,13 +10,13 @@ import pytest
 from npuops.errors import BadInputError
 from npuops.plan.catalog import load_model
 from npuops.plan.model import count_parameters, safetensors_tensor_bytes, weight_bytes_from_arch
-
-from .conftest import FIXTURES, TINY_LLAMA, tiny_tensors, write_safetensors
+from tests.support.model_dirs import TINY_LLAMA, tiny_tensors, write_safetensors
+from tests.support.paths import MODEL_FIXTURES
 
 
 @pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"])
 def test_published_configs_load_like_the_catalog(name: str) -> None:
-    spec = load_model(str(FIXTURES / name))
+    spec = load_model(str(MODEL_FIXTURES / name))
     assert not spec.weights_present
     assert spec.weight_bytes_source == "architecture"
     catalog = load_model(name)
@@ -25,7 +25,7 @@ def test_published_configs_load_like_the_catalog(name: str) -> None:
 
 
 def test_qwen3_30b_is_moe_with_every_layer_sparse() -> None:
-    arch = load_model(str(FIXTURES / "qwen3-30b-a3b")).arch
+    arch = load_model(str(MODEL_FIXTURES / "qwen3-30b-a3b")).arch
     assert (arch.num_experts, arch.num_experts_per_tok, arch.num_moe_layers) == (128, 8, 48)
 
 

@@ -42,9 +42,10 @@ from npuops.precision.operators import (
     suite_source,
 )
 from npuops.settings import Settings
-from tests.checks.test_stack import ROW_0_13, bare_node, make_stack
-from tests.conftest import FIXTURES, REPO, capture
-from tests.engine.conftest import ENGINE_PYTHON_ENV, REQUIRE_ENGINE_ENV
+from tests.support.captures import capture
+from tests.support.engine import ENGINE_PYTHON_ENV, REQUIRE_ENGINE_ENV
+from tests.support.nodes import ROW_0_13, bare_node, make_stack
+from tests.support.paths import FIXTURES, REPO
 
 PRECISION_FIXTURES = FIXTURES / "precision"
 CORRECT = "op-suite-cpu-torch2.13.json"
@@ -332,9 +333,9 @@ def _assess(stdout: str = "", *, rc: int = 0, error: str | None = None, stderr: 
 def test_assess_passes_the_real_capture_with_the_table() -> None:
     result = _assess(fixture_text(CORRECT))
     assert result.status is Status.PASS
-    assert result.message.startswith("9 ops x 2 dtypes (bfloat16, float16) within bounds on the CPU")
     table = result.evidence["table"]
     assert len(table) == 18 and {row["verdict"] for row in table} == {"pass"}
+    assert len({row["op"] for row in table}) == 9 and {row["dtype"] for row in table} == {"bfloat16", "float16"}
     assert set(table[0]) >= {"op", "dtype", "max_abs_err", "max_rel_err", "cosine", "normalized_err",
                              "bound_normalized_err", "bound_one_minus_cosine", "verdict"}
     assert result.evidence["torch"] == "2.13.0+cpu"
@@ -342,11 +343,10 @@ def test_assess_passes_the_real_capture_with_the_table() -> None:
 
 def test_assess_fails_the_captured_fault_naming_the_worst_op() -> None:
     result = _assess(fixture_text(FP16_ACCUMULATE), inject="matmul:fp16-accumulate")
-    assert result.status is Status.FAIL
-    assert result.message.startswith("matmul in ")
-    assert "2 of 4 op/dtype results out of bounds" in result.message
-    assert "self-test: fault matmul:fp16-accumulate injected" in result.message
-    assert result.remediation is not None and "stack-row" in result.remediation
+    assert result.status is Status.FAIL and result.evidence["inject"] == "matmul:fp16-accumulate"
+    verdicts = [(row["op"], row["verdict"]) for row in result.evidence["table"]]
+    assert len(verdicts) == 4 and sorted(v for v in verdicts if v[1] == "fail") == [("matmul", "fail")] * 2
+    assert "`npuops doctor --only stack-row`" in (result.remediation or "")  # on the CPU: the stack's torch
 
 
 def test_assess_on_an_npu_names_the_kernel_fixes() -> None:
@@ -359,8 +359,8 @@ def test_assess_skips_without_torch() -> None:
     stdout = json.dumps({"suite": 1, "fatal": {"stage": "import torch",
                                               "error": "ModuleNotFoundError: No module named 'torch'"}})
     result = _assess(stdout, rc=3)
-    assert result.status is Status.SKIP and "torch does not import" in result.message
-    assert result.remediation is not None and "NPUOPS_STACK_PYTHON" in result.remediation
+    assert result.status is Status.SKIP and result.evidence["error"] == "ModuleNotFoundError: No module named 'torch'"
+    assert "NPUOPS_STACK_PYTHON" in (result.remediation or "")  # how to point npuops at the serving venv
 
 
 def test_assess_skips_when_torch_npu_cannot_open_the_chip() -> None:
@@ -378,7 +378,8 @@ def test_assess_timeouts_warn_on_a_cpu_and_fail_on_an_npu() -> None:
 def test_assess_missing_interpreter_crash_and_garbage() -> None:
     assert _assess(rc=RC_NOT_FOUND, error="python: command not found").status is Status.SKIP
     crashed = _assess(rc=-11, stderr="Fatal Python error: Segmentation fault", device="npu")
-    assert crashed.status is Status.FAIL and "Segmentation fault" in crashed.message
+    assert crashed.status is Status.FAIL and crashed.evidence["returncode"] == -11
+    assert "Segmentation fault" in crashed.evidence["stderr"]  # the evidence keeps the end of what it printed
     assert _assess("hello\n", rc=0).status is Status.ERROR
 
 
@@ -387,8 +388,8 @@ def test_assess_op_errors_warn_on_a_cpu_and_fail_on_an_npu() -> None:
     data["results"] = [r for r in data["results"] if r["op"] != "sdpa"]
     data["errors"] = [{"op": "sdpa", "dtype": d, "error": "RuntimeError: not implemented for 'Half'"} for d in DTYPES]
     warned = _assess(json.dumps(data))
-    assert warned.status is Status.WARN and warned.message.startswith("2 op(s) raised on the CPU, e.g. sdpa")
-    assert len(warned.evidence["errors"]) == 2
+    assert warned.status is Status.WARN
+    assert [(e["op"], e["dtype"]) for e in warned.evidence["errors"]] == [("sdpa", d) for d in DTYPES]
     assert _assess(json.dumps(data), device="npu").status is Status.FAIL
 
 
@@ -444,7 +445,7 @@ def test_without_torch_npu_or_chips_the_suite_runs_on_the_cpu_and_says_why(fake_
     assert "torch_npu is not installed" in str(result.evidence["why_cpu"])
     result, config, _ = _run_check(fake_root, None, ROW_0_13)
     assert config["device"] == "cpu" and result.status is Status.PASS
-    assert "ran on the CPU because there is no NPU" in result.message
+    assert result.evidence["device"] == "cpu" and result.evidence["why_cpu"]
     result, config, _ = _run_check(fake_root, "npu-smi-info_910b3_1.txt", ROW_0_13, devices=(42,))
     assert config["device"] == "cpu" and "--devices selects none" in str(result.evidence["why_cpu"])
 
@@ -589,7 +590,6 @@ def test_the_check_fails_a_kernel_that_accumulates_in_the_low_precision(engine_p
     settings = Settings(root=fake_root, stack_python=str(engine_python), environ={"PATH": os.environ.get("PATH", "")})
     result = _WithFp16Accumulation().run(CheckContext(Probe(settings, machine=lambda: "x86_64")))
     assert result.status is Status.FAIL, result.message
-    assert result.message.startswith("matmul in ") and "self-test: fault matmul:fp16-accumulate" in result.message
     assert result.evidence["inject"] == "matmul:fp16-accumulate"
     rows = {(row["op"], row["dtype"]): row for row in result.evidence["table"]}
     assert {k for k, row in rows.items() if row["verdict"] == "fail"} == {("matmul", "bfloat16"), ("matmul", "float16")}

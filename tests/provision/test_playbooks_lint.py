@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 

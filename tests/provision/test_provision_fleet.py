@@ -1,6 +1,6 @@
 """`npuops provision -i INVENTORY` on a fleet: three real SSH test hosts (sshd in network namespaces, each with its
-own overlay over /etc, /usr, /var, ...; tests/provision/ssh_hosts.py), provisioned in parallel with --forks 3 with
-the vendor-style CANN `.run` packages the tests build (tests/provision/vendor_installers.py).
+own overlay over /etc, /usr, /var, ...; tests/support/ssh_hosts.py), provisioned in parallel with --forks 3 with
+the vendor-style CANN `.run` packages the tests build (tests/support/vendor_installers.py).
 
 The hosts are throwaway roots, so the roles run with their defaults: /usr/local/Ascend, /etc/npuops, /etc/sysctl.d,
 /var/tmp/npuops-packages, the HwHiAiUser group and the npuops user are each host's own. The installers refuse real
@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.provision.ssh_hosts import TestFleet, ssh_fleet  # noqa: F401 - the fixture
-from tests.provision.test_provision_local import npuops, package_dir
-from tests.provision.vendor_installers import build_package_set, makeself_available
+from tests.support.npuops_cli import npuops, package_dir
+from tests.support.ssh_hosts import TestFleet
+from tests.support.vendor_installers import build_package_set, makeself_available
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +144,7 @@ def assert_converged(fleet: TestFleet, name: str, host: dict[str, Any], *, fresh
     assert not {"cann-toolkit", "cann-kernels", "nnal-version"} & set(doctor["failed"]), (name, doctor)
 
 
-def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: StartFleet,  # noqa: F811
+def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: StartFleet,
                                                                    tmp_path: Path) -> None:
     if not makeself_available():
         pytest.fail("makeself is not installed (apt-get install makeself; scripts/test.sh does it)")

@@ -1,4 +1,4 @@
-"""The SSH test fleet (tests/provision/ssh_hosts.py): real sshd hosts in network namespaces with their own
+"""The SSH test fleet (tests/support/ssh_hosts.py): real sshd hosts in network namespaces with their own
 overlays, reached by ssh and by ansible-runner, broken and mended, and torn down without a trace."""
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import yaml
 
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.runner import run_playbook
-from tests.provision.ssh_hosts import (
+from tests.support.ssh_hosts import (
     GUARD_ROUTE_METRIC,
     TestFleet,
     ensure_prerequisites,
     missing_packages,
     require_fleets,
     slot_leftovers,
-    ssh_fleet,  # noqa: F401 - the fixture
     start_hosts,
 )
 
@@ -71,8 +70,8 @@ def test_prerequisites_without_root_give_a_reason_to_skip(monkeypatch: pytest.Mo
 
 
 def test_missing_packages_names_debian_packages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tests.provision.ssh_hosts.SSHD", "/nonexistent/sshd")
-    monkeypatch.setattr("tests.provision.ssh_hosts.PACKAGES", {"/nonexistent/sshd": "openssh-server",
+    monkeypatch.setattr("tests.support.ssh_hosts.SSHD", "/nonexistent/sshd")
+    monkeypatch.setattr("tests.support.ssh_hosts.PACKAGES", {"/nonexistent/sshd": "openssh-server",
                                                                "no-such-ip-tool": "iproute2", "sh": "dash"})
     assert missing_packages() == ["openssh-server", "iproute2"]
 
@@ -80,7 +79,7 @@ def test_missing_packages_names_debian_packages(monkeypatch: pytest.MonkeyPatch)
 # --- hosts up ----------------------------------------------------------------------------------------------------
 
 
-def test_three_hosts_answer_ssh_with_their_own_names(ssh_fleet: StartFleet) -> None:  # noqa: F811
+def test_three_hosts_answer_ssh_with_their_own_names(ssh_fleet: StartFleet) -> None:
     fleet = ssh_fleet(3)
     assert fleet.setup_s is not None and fleet.setup_s < 10
     assert fleet.names == ["npuops-test-h1", "npuops-test-h2", "npuops-test-h3"]
@@ -96,7 +95,7 @@ def test_three_hosts_answer_ssh_with_their_own_names(ssh_fleet: StartFleet) -> N
     assert f"unreachable {fleet.subnet} metric {GUARD_ROUTE_METRIC}" in ip("route")
 
 
-def test_inventory_has_the_connection_settings(ssh_fleet: StartFleet) -> None:  # noqa: F811
+def test_inventory_has_the_connection_settings(ssh_fleet: StartFleet) -> None:
     fleet = ssh_fleet(2)
     path = fleet.inventory_path(group_vars={"npuops_command": NPUOPS}, host_vars={"npuops-test-h2": {"npuops_x": 1}})
     fleet_group = yaml.safe_load(path.read_text())["all"]["children"]["fleet"]
@@ -117,7 +116,7 @@ def test_inventory_has_the_connection_settings(ssh_fleet: StartFleet) -> None:  
 # --- overlays ----------------------------------------------------------------------------------------------------
 
 
-def test_each_host_has_its_own_filesystem_and_processes(ssh_fleet: StartFleet) -> None:  # noqa: F811
+def test_each_host_has_its_own_filesystem_and_processes(ssh_fleet: StartFleet) -> None:
     fleet = ssh_fleet(3)
     h1, h2, _ = fleet.names
     name = f"npuops-fleet-test-{uuid.uuid4().hex[:8]}"
@@ -142,7 +141,7 @@ def test_each_host_has_its_own_filesystem_and_processes(ssh_fleet: StartFleet) -
     assert Path("/etc/hostname").exists() and fleet.run(h1, "cat /etc/hostname").stdout == f"{h1}\n"
 
 
-def test_without_overlay_hosts_share_this_machines_files(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_without_overlay_hosts_share_this_machines_files(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet = ssh_fleet(2, overlay=False)
     target = tmp_path / "shared.txt"
     assert fleet.ssh("npuops-test-h1", f"hostname > {target}").returncode == 0
@@ -156,7 +155,7 @@ def test_without_overlay_hosts_share_this_machines_files(ssh_fleet: StartFleet, 
 
 
 @pytest.mark.slow
-def test_node_facts_on_three_hosts(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_node_facts_on_three_hosts(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet = ssh_fleet(3)
     h1, h2, h3 = fleet.names
     # Only h2 has an Ascend driver (its own /usr/local/Ascend, in its overlay).
@@ -175,7 +174,7 @@ def test_node_facts_on_three_hosts(ssh_fleet: StartFleet, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_killed_host_is_unreachable_and_comes_back(ssh_fleet: StartFleet, tmp_path: Path) -> None:  # noqa: F811
+def test_killed_host_is_unreachable_and_comes_back(ssh_fleet: StartFleet, tmp_path: Path) -> None:
     fleet = ssh_fleet(3)
     h1, h2, h3 = fleet.names
     inventory = fleet.inventory_path(group_vars={"npuops_command": NPUOPS})
@@ -235,7 +234,7 @@ def test_close_leaves_nothing_and_a_new_fleet_starts_at_once(tmp_path: Path) -> 
 
 def test_leftovers_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
     require_fleets()
-    code = ("import sys, time; from pathlib import Path; from tests.provision.ssh_hosts import start_hosts; "
+    code = ("import sys, time; from pathlib import Path; from tests.support.ssh_hosts import start_hosts; "
             "f = start_hosts(2, Path(sys.argv[1])); "
             "print(f.slot, f.fleet_dir, *[f.holder_pid(n) for n in f.names], flush=True); time.sleep(120)")
     crashed = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,

@@ -21,7 +21,7 @@ from npuops.hardware.versions import (
 )
 from npuops.launch.ascend_env import capture_set_env
 from npuops.settings import Settings
-from tests.provision.vendor_installers import (
+from tests.support.vendor_installers import (
     KINDS,
     Kind,
     build_installer,

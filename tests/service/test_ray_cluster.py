@@ -37,9 +37,9 @@ from npuops.service.gate import run_gate
 from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions
 from npuops.settings import Settings
-from tests.conftest import FIXTURES
-from tests.service.conftest import Serve
-from tests.service.instance_records import make_record
+from tests.support.http_server import Serve
+from tests.support.instance_records import make_record
+from tests.support.paths import FIXTURES
 
 RAY_FIXTURES = FIXTURES / "ray"
 THREE_ALIVE = RAY_FIXTURES / "ray-nodes_3-nodes-alive.json"
@@ -292,7 +292,7 @@ def test_gate_passes_a_complete_cluster(tmp_path: Path) -> None:
     calls, probe = _fixed_probe(cluster_state(HOSTS, parse_ray_nodes(THREE_ALIVE.read_text())))
     outcome = check_ray_cluster(record, wait_s=0, probe=probe)
     assert outcome.check_id == "ray-cluster" and outcome.result.status is Status.PASS
-    assert outcome.result.message == "3/3 Ray nodes alive (h1, h2, h3)"
+    assert outcome.result.evidence["alive"] == ["h1", "h2", "h3"]
     assert calls == [record.cluster]
 
 
@@ -301,12 +301,11 @@ def test_gate_fails_naming_the_missing_hosts_and_the_ray_unit(tmp_path: Path) ->
     calls, probe = _fixed_probe(cluster_state(HOSTS, parse_ray_nodes(_from_state_api(H2_DIED))))
     outcome = check_ray_cluster(record, wait_s=0, probe=probe)
     assert outcome.result.status is Status.FAIL
-    assert outcome.result.message == "after 0 s, no live Ray node on h2"
+    assert (outcome.result.evidence["missing"], outcome.result.evidence["error"]) == (["h2"], None)
+    # The fix: the Ray unit's commands on the missing host, then the group's network check.
     remediation = outcome.result.remediation or ""
-    assert "on each of h2:" in remediation
-    assert "systemctl status npuops-demo-ray.service" in remediation
-    assert "journalctl -u npuops-demo-ray.service" in remediation
-    assert "10.213.0.11:6379" in remediation and "--group serve" in remediation
+    assert "on each of h2: `systemctl status npuops-demo-ray.service`" in remediation
+    assert "`npuops doctor -i INVENTORY --group serve`" in remediation
     assert len(calls) == 1
 
 
@@ -315,7 +314,7 @@ def test_gate_says_when_the_cluster_cannot_be_asked(tmp_path: Path) -> None:
     _, probe = _fixed_probe(_unreachable("python3 does not exist"))
     outcome = check_ray_cluster(record, wait_s=0, probe=probe)
     assert outcome.result.status is Status.FAIL
-    assert outcome.result.message == "the Ray cluster cannot be asked: python3 does not exist"
+    assert outcome.result.evidence["error"] == "python3 does not exist"
 
 
 def test_gate_waits_for_a_late_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

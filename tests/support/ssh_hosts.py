@@ -19,7 +19,7 @@ Pytest-independent API::
     fleet.kill_sshd(name); fleet.restart_sshd(name)
     fleet.close()                            # everything gone; a new fleet can start at once
 
-and the pytest fixture factory `ssh_fleet` (import it into a test module or conftest)::
+and the pytest fixture factory `ssh_fleet` (tests/conftest.py, on `require_fleets` and `start_hosts`)::
 
     def test_x(ssh_fleet):
         fleet = ssh_fleet(3)
@@ -60,11 +60,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-try:  # the fixture at the bottom needs pytest; the rest of the module does not
-    import pytest
-except ImportError:  # pragma: no cover - only outside the test environment
-    pytest = None  # type: ignore[assignment]
 
 PREFIX = "npft"  # npuops fleet test: every namespace, link and control dir of these fleets starts with it
 SUBNET_FIRST_OCTETS = "10.213"  # slot s uses 10.213.s.0/24
@@ -830,35 +825,14 @@ def running_fleet(n: int, workdir: Path, *, overlay: bool = True) -> Iterator[Te
 
 # --- pytest ------------------------------------------------------------------------------------------------------
 
-if pytest is not None:
 
-    def require_fleets() -> None:
-        """Skip the calling test when fleets cannot start here (not root, packages missing and not installable);
-        with NPUOPS_REQUIRE_FLEET=1 fail it instead. Installs missing packages first when root."""
-        reason = ensure_prerequisites()
-        if reason is not None:
-            if os.environ.get(REQUIRE_ENV) == "1":
-                pytest.fail(f"{reason} ({REQUIRE_ENV}=1)")
-            pytest.skip(reason)
+def require_fleets() -> None:
+    """Skip the calling test when fleets cannot start here (not root, packages missing and not installable);
+    with NPUOPS_REQUIRE_FLEET=1 fail it instead. Installs missing packages first when root."""
+    import pytest  # only here: the rest of the module runs without pytest (benchmarks/)
 
-    @pytest.fixture
-    def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., TestFleet]]:
-        """A factory: `fleet = ssh_fleet(3)` (or `ssh_fleet(2, overlay=False)`). Every fleet it started is closed
-        after the test (and close() checks that nothing is left). Skips or fails as `require_fleets` says."""
-        require_fleets()
-        fleets: list[TestFleet] = []
-
-        def start(n: int = 3, *, overlay: bool = True) -> TestFleet:
-            fleet = start_hosts(n, tmp_path_factory.mktemp("ssh-fleet"), overlay=overlay)
-            fleets.append(fleet)
-            return fleet
-
-        yield start
-        errors = []
-        for fleet in reversed(fleets):
-            try:
-                fleet.close()
-            except FleetSetupError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise FleetSetupError("; ".join(errors))
+    reason = ensure_prerequisites()
+    if reason is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_ENV}=1)")
+        pytest.skip(reason)

@@ -357,7 +357,7 @@ export ASCEND_HOME_PATH=${{ASCEND_TOOLKIT_HOME}}
 # ATB_HOME_PATH is the script's directory + cxx_abi_<0|1>, chosen by --cxx_abi= or by the installed torch's ABI.
 # vllm-project/vllm-ascend#4744 shows the result: ATB_HOME_PATH=/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1.
 _ATB_SET_ENV = r"""#!/bin/bash
-# npuops test double of the NNAL/ATB set_env.sh (see tests/provision/vendor_installers.py).
+# npuops test double of the NNAL/ATB set_env.sh (see tests/support/vendor_installers.py).
 function get_cxx_abi_option()
 {
     cxx_abi=""
@@ -420,7 +420,7 @@ fi
 # which gives the ATB_HOME_PATH seen in vllm-ascend#4744.
 _NNAL_SET_ENV = f"""\
 #!/bin/bash
-# npuops test double of <install path>/nnal/atb/set_env.sh (see tests/provision/vendor_installers.py).
+# npuops test double of <install path>/nnal/atb/set_env.sh (see tests/support/vendor_installers.py).
 _npuops_atb_set_env="{INSTALL_PATH_TOKEN}/nnal/atb/latest/atb/set_env.sh"
 if [ -f "$_npuops_atb_set_env" ]; then
     . "$_npuops_atb_set_env" "$@"
@@ -499,7 +499,7 @@ def _render_payload(kind: Kind, version: str, arch: str, chip: str, hdk_version:
 # ----------------------------------------------------------------------------------------------------------------
 
 _INSTALL_SH = r"""#!/bin/bash
-# npuops test double of an Ascend vendor installer (tests/provision/vendor_installers.py). NOT a Huawei script:
+# npuops test double of an Ascend vendor installer (tests/support/vendor_installers.py). NOT a Huawei script:
 # it installs placeholders and the version/info files npuops reads. See the module docstring for what it models.
 set -u
 PKG_DIR=$(cd "$(dirname "$0")" && pwd)

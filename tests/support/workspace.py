@@ -1,0 +1,75 @@
+"""npuops launched on the real engine in a private state directory: the plan flags of the tiny model, the
+workspace, waiting for a condition, and process groups."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.npuops_cli import npuops_argv
+from tests.support.paths import REPO
+
+# The flags of the tiny model on the CPU target (testing-recipes.md); the plan turns them into vllm.yaml.
+PLAN_FLAGS = ("--hardware", "cpu", "--dtype", "float32", "--max-model-len", "512", "--input-len", "256",
+              "--output-len", "64", "--enforce-eager", "--kv-cache-memory-bytes", str(256 * 2**20))
+
+
+@dataclass
+class Workspace:
+    """A private npuops state (NPUOPS_STATE_DIR in `env`) to launch instances in; `tmp_dirs` are removed after."""
+
+    env: dict[str, str]
+    state: Path
+    tmp_dirs: list[Path] = field(default_factory=list)
+
+    def run(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(npuops_argv(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=REPO, check=False)
+
+    def status(self, name: str) -> dict[str, object]:
+        proc = self.run("status", name, "--json")
+        (instance,) = json.loads(proc.stdout)["instances"]
+        assert isinstance(instance, dict)
+        return instance
+
+    def supervisor_state(self, name: str, data_root: Path | None = None) -> dict[str, object]:
+        path = (data_root / f"npuops-{name}" if data_root else self.state / name) / "supervisor.json"
+        data = json.loads(path.read_text())
+        assert isinstance(data, dict)
+        return data
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.5):  # type: ignore[no-untyped-def]
+    """The first true value of `predicate()`, polled every `poll` s; an AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process of process group `pgid` remains (zombies wait for a reaper that a
+    container's init may never be)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def kill_group(pgid: int | None) -> None:
+    """SIGKILL every process of group `pgid` (woken first, in case it was stopped); nothing when it is gone."""
+    if pgid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGCONT)
+            os.killpg(pgid, signal.SIGKILL)
