@@ -18,8 +18,9 @@ from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 from npuops.httpclient import client_host
 from npuops.instance.control import port_taken
+from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import ClusterMembership, InstanceRecord
+from npuops.instance.record import InstanceRecord
 
 NO_INSTANCE_FIX = "run it for a launched instance: `npuops run --preflight NAME` (the start gate)"
 

@@ -23,7 +23,7 @@ from npuops.wire import WireObject
 
 if TYPE_CHECKING:
     # Only read here; the record imports the supervisor's state, which holds a RayState.
-    from npuops.instance.record import ClusterMembership, ClusterNode
+    from npuops.instance.membership import ClusterMembership, ClusterNode
 
 # Connects as a short-lived driver (no dashboard needed), prints the node table as JSON, exits.
 RAY_NODES_SCRIPT = (

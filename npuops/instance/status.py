@@ -16,16 +16,10 @@ from npuops.httpclient import base_url, http_request
 from npuops.instance.control import pid_alive
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager, UnitState
+from npuops.instance.membership import ClusterNode
 from npuops.instance.metrics import engine_figures, parse_prometheus
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import (
-    MANAGER_SYSTEMD,
-    ClusterNode,
-    InstanceRecord,
-    list_records,
-    load_record,
-    read_status,
-)
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, load_record, read_status
 from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
 

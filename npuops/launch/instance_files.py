@@ -13,6 +13,7 @@ from typing import Any
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
+from npuops.instance.membership import ClusterMembership
 from npuops.instance.record import (
     CONFIG_FILE,
     ENV_FILE,
@@ -23,7 +24,6 @@ from npuops.instance.record import (
     ROLE_ENGINE,
     STATUS_FILE,
     UNIT_SUFFIX,
-    ClusterMembership,
     InstanceRecord,
     validate_instance_name,
 )

@@ -22,15 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
-from npuops.instance.record import (
-    RECORD_FILE,
-    ROLE_ENGINE,
-    ROLE_HEADLESS,
-    ROLE_RAY_WORKER,
-    ClusterMembership,
-    ClusterNode,
-    InstanceRecord,
-)
+from npuops.instance.membership import ClusterMembership, ClusterNode
+from npuops.instance.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
 from npuops.launch.instance_files import (
     NPU_GROUP,
     InstanceExtras,

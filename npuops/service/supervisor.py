@@ -30,8 +30,9 @@ from typing import IO
 
 from npuops.httpclient import base_url
 from npuops.instance.endpoint import health_ok
+from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import ClusterMembership, InstanceRecord, write_status
+from npuops.instance.record import InstanceRecord, write_status
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.service.diagnosis import diagnose
 from npuops.service.engine_log import kv_cache_tokens, stage_of

@@ -24,8 +24,9 @@ import pytest
 from npuops.checks import launch as launch_checks
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks
+from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState
-from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
 from npuops.service.gate import gate_checks, run_gate
 from npuops.settings import Settings
 from tests.support.captures import capture

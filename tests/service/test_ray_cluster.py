@@ -22,6 +22,7 @@ from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import CheckOutcome, Status
 from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
+from npuops.instance.membership import ClusterMembership, ClusterNode
 from npuops.instance.ray import (
     RAY_NODES_SCRIPT,
     RayNode,
@@ -32,7 +33,7 @@ from npuops.instance.ray import (
     probe_ray_cluster,
     ray_python,
 )
-from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ClusterMembership, ClusterNode
+from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
 from npuops.service.gate import run_gate
 from npuops.service.notify import Notifier
 from npuops.service.supervisor import Supervisor, SupervisorOptions

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from npuops.errors import BadInputError, ConfigError
+from npuops.instance.membership import ClusterMembership, ClusterNode
 from npuops.instance.record import (
     RECORD_FILE,
-    ClusterMembership,
-    ClusterNode,
     InstanceRecord,
     list_records,
     load_record,

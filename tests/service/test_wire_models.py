@@ -19,8 +19,9 @@ from npuops.errors import BadInputError
 from npuops.fleet.group_ops import HostAnswer, group_status, render_group_status_text
 from npuops.fleet.inventory import InventoryHost
 from npuops.instance.manager import parse_show
+from npuops.instance.membership import ClusterNode
 from npuops.instance.ray import RayState, cluster_state, parse_ray_nodes
-from npuops.instance.record import ClusterNode, read_status, write_status
+from npuops.instance.record import read_status, write_status
 from npuops.instance.state import EXIT_GATE_REFUSED, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.instance.status import ClusterStatus, InstanceStatus
 from npuops.service.diagnosis import diagnose
