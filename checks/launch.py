@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 from npuops.httpclient import client_host
+from npuops.instance.access import AccessProblem, ServiceIdentity, executable_problems, model_problems
 from npuops.instance.control import port_taken
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
@@ -50,13 +52,36 @@ class InstanceCheck(Check):
         """The check's answer for this instance."""
 
 
+def service_identity(record: InstanceRecord) -> ServiceIdentity | None:
+    """Who the instance's unit runs as (with the NPU group when it has chips); None for a foreground run."""
+    if record.service_user is None:
+        return None
+    return ServiceIdentity.of(record.service_user, ("HwHiAiUser",) if record.devices else ())
+
+
+def _access_failed(record: InstanceRecord, problems: list[AccessProblem], **evidence: object) -> Result:
+    first = problems[0]
+    return Result.fail(f"{record.service_user} (the unit's user) cannot use {first.problem()}", first.fix,
+                       user=record.service_user, path=first.path, where=first.where,
+                       problems=[p.problem() for p in problems], **evidence)
+
+
 class EngineExecutable(InstanceCheck):
-    """The vLLM executable the instance runs exists and is executable."""
+    """The vLLM executable the instance runs, and its interpreter, exist and run as the unit's user."""
 
     id = "engine-executable"
 
     def check(self, record: InstanceRecord) -> Result:
         exe = record.vllm_command[0]
+        identity = service_identity(record)
+        if identity is not None and os.path.isabs(exe):
+            # As the service user, under the sandbox: root (the gate) can run what the unit cannot (203/EXEC).
+            problems = executable_problems("the vllm executable", Path(exe), identity)
+            # The supervisor the unit runs (ExecStart= is this very npuops) must be reachable too.
+            problems += executable_problems("the npuops interpreter", Path(sys.executable), identity)
+            if problems:
+                return _access_failed(record, problems, executable=exe)
+            return Result.passed(f"{exe} runs as {identity.user}", executable=exe, user=identity.user)
         if not os.path.isabs(exe):
             ok = any(os.access(os.path.join(d, exe), os.X_OK) for d in os.environ.get("PATH", "").split(":") if d)
         else:
@@ -69,18 +94,25 @@ class EngineExecutable(InstanceCheck):
 
 
 class ModelDirectory(InstanceCheck):
-    """The model directory holds a Hugging Face config.json."""
+    """The model directory holds a Hugging Face config.json, and the unit's user can read all of it."""
 
     id = "model-directory"
 
     def check(self, record: InstanceRecord) -> Result:
         model = Path(record.model_path)
-        if (model / "config.json").is_file() or (model / "params.json").is_file():
-            return Result.passed(f"{model} holds config.json", model=str(model))
-        what = "does not exist" if not model.exists() else "holds no config.json (or params.json)"
-        return Result.fail(f"the model directory {model} {what}",
-                           "put the model back (config.json, tokenizer and weights) or re-launch with the right "
-                           "directory", model=str(model))
+        if not ((model / "config.json").is_file() or (model / "params.json").is_file()):
+            what = "does not exist" if not model.exists() else "holds no config.json (or params.json)"
+            return Result.fail(f"the model directory {model} {what}",
+                               "put the model back (config.json, tokenizer and weights) or re-launch with the right "
+                               "directory", model=str(model))
+        identity = service_identity(record)
+        if identity is not None:
+            # Weights saved 0600 by root pass a check made as root and fail the engine on every restart.
+            problems = model_problems(model, identity)
+            if problems:
+                return _access_failed(record, problems, model=str(model))
+        return Result.passed(f"{model} holds config.json" + (f", readable by {identity.user}" if identity else ""),
+                             model=str(model))
 
 
 class PortFree(InstanceCheck):

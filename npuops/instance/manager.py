@@ -19,7 +19,9 @@ from npuops.errors import EnvironmentMissingError, ServiceManagerError
 from npuops.settings import Settings
 
 _SHOW_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestamp", "NRestarts", "Result",
-                    "UnitFileState", "LoadState")
+                    "UnitFileState", "LoadState", "ExecMainStatus", "ExecMainCode")
+# ExecMainCode= is the si_code of the main process's end (waitid(2)): it exited, or a signal ended it.
+CLD_EXITED = 1
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,13 @@ class UnitState:
     result: str
     enabled: str
     loaded: str
+    # How the main process of the last run ended: its exit status when it exited (ExecMainCode=1), else None.
+    exit_status: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"active_state": self.active_state, "sub_state": self.sub_state, "main_pid": self.main_pid,
                 "since": self.since, "restarts": self.restarts, "result": self.result, "enabled": self.enabled,
-                "loaded": self.loaded}
+                "loaded": self.loaded, "exit_status": self.exit_status}
 
 
 def parse_show(text: str) -> UnitState:
@@ -61,6 +65,7 @@ def parse_show(text: str) -> UnitState:
         result=values.get("Result", ""),
         enabled=values.get("UnitFileState", ""),
         loaded=values.get("LoadState", ""),
+        exit_status=number("ExecMainStatus") if number("ExecMainCode") == CLD_EXITED else None,
     )
 
 

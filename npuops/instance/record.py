@@ -77,6 +77,8 @@ class InstanceRecord:
     role: str = ROLE_ENGINE
     # This host's part of a multi-node instance; None for a single-node one (`"cluster": {}` in the file).
     cluster: ClusterMembership | None = None
+    # Who the unit runs as (its User=); None for a foreground run (whoever runs it). The gate checks as this user.
+    service_user: str | None = None
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 

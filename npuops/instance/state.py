@@ -13,7 +13,7 @@ import enum
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from npuops.instance.ray import RayState
@@ -148,12 +148,18 @@ class SupervisorState:
     updated_at: float | None = None
     cluster: RayState | None = None  # a Ray head's last look at its cluster
     exit: SupervisorExit | None = None
+    # How the run before this one ended (kept when a restart starts a new one): why systemd restarted the unit.
+    previous_exit: SupervisorExit | None = None
 
     # --- the three writers ----------------------------------------------------------------------------------------
     @classmethod
-    def started(cls, name: str, url: str) -> SupervisorState:
-        """The running supervisor's state before the engine starts."""
-        return cls(name, os.getpid(), time.time(), url=url)
+    def started(cls, name: str, url: str, before: SupervisorState | None = None) -> SupervisorState:
+        """The running supervisor's state before the engine starts; `before`, the state the last run left, gives
+        this one its previous exit (without the log tail: the journal keeps that)."""
+        previous = before.exit if before is not None else None
+        if previous is not None:
+            previous = replace(previous, log_tail=())
+        return cls(name, os.getpid(), time.time(), url=url, previous_exit=previous)
 
     @classmethod
     def gate(cls, name: str, url: str) -> SupervisorState:
@@ -181,6 +187,7 @@ class SupervisorState:
             "kv_cache_tokens": self.kv_cache_tokens, "url": self.url, "updated_at": self.updated_at,
             "cluster": self.cluster.to_json() if self.cluster is not None else None,
             "exit": self.exit.to_json() if self.exit is not None else None,
+            "previous_exit": self.previous_exit.to_json() if self.previous_exit is not None else None,
         }
 
     @classmethod
@@ -188,7 +195,7 @@ class SupervisorState:
         """The status file as any npuops wrote it: a missing key takes its default (a stand-in or an older npuops
         writes only some), a wrong type is a WireFormatError."""
         state = WireObject.wrap(data, STATUS)
-        cluster, done = state.opt_obj("cluster"), state.opt_obj("exit")
+        cluster, done, previous = state.opt_obj("cluster"), state.opt_obj("exit"), state.opt_obj("previous_exit")
         return cls(
             name=state.text("name"), supervisor_pid=state.opt_integer("supervisor_pid"),
             started_at=state.opt_number("started_at"), stage=_stage(state.opt_text("stage"), state, "stage"),
@@ -198,4 +205,5 @@ class SupervisorState:
             kv_cache_tokens=state.opt_integer("kv_cache_tokens"), updated_at=state.opt_number("updated_at"),
             cluster=RayState.from_json(cluster) if cluster is not None else None,
             exit=SupervisorExit.from_json(done) if done is not None else None,
+            previous_exit=SupervisorExit.from_json(previous) if previous is not None else None,
         )

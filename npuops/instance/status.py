@@ -15,6 +15,7 @@ from npuops.errors import BadInputError
 from npuops.httpclient import base_url, http_request
 from npuops.instance.control import pid_alive
 from npuops.instance.endpoint import health_ok
+from npuops.instance.exit_statuses import unit_diagnosis
 from npuops.instance.manager import SystemdManager, UnitState
 from npuops.instance.membership import ClusterNode
 from npuops.instance.metrics import engine_figures, parse_prometheus
@@ -32,7 +33,7 @@ def unit_state_from_json(data: object) -> UnitState:
     return UnitState(active_state=unit.text("active_state", "unknown"), sub_state=unit.text("sub_state"),
                      main_pid=unit.opt_integer("main_pid"), since=unit.text("since"),
                      restarts=unit.opt_integer("restarts"), result=unit.text("result"), enabled=unit.text("enabled"),
-                     loaded=unit.text("loaded"))
+                     loaded=unit.text("loaded"), exit_status=unit.opt_integer("exit_status"))
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class InstanceStatus:
     exit: SupervisorExit | None = None  # its summary: code, reason, engine status, time (the diagnosis is apart)
     cluster: ClusterStatus | None = None
     role: str | None = None  # with a cluster: engine, headless, ray-worker
+    # How the run before the current one ended: why the unit was restarted (a crash, a hang, ...).
+    previous_exit: SupervisorExit | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -94,6 +97,10 @@ class InstanceStatus:
             "diagnosis": self.diagnosis.to_json() if self.diagnosis is not None else None,
             "exit": self.exit.summary_json() if self.exit is not None else None,
         }
+        if self.previous_exit is not None:
+            previous = self.previous_exit
+            data["previous_exit"] = {**previous.summary_json(),
+                                     "diagnosis": previous.diagnosis.to_json() if previous.diagnosis else None}
         if self.cluster is not None:
             data["cluster"] = self.cluster.to_json()
             data["role"] = self.role
@@ -106,7 +113,7 @@ class InstanceStatus:
         required (they tell a status from other JSON), every other key takes its default when missing."""
         status = WireObject.wrap(data, INSTANCE_STATUS)
         unit, metrics, cluster = status.opt_obj("unit_state"), status.opt_obj("metrics"), status.opt_obj("cluster")
-        diagnosis, done = status.opt_obj("diagnosis"), status.opt_obj("exit")
+        diagnosis, done, previous = status.opt_obj("diagnosis"), status.opt_obj("exit"), status.opt_obj("previous_exit")
         return cls(
             name=status.req_text("name"), state=status.req_text("state"), healthy=status.flag("healthy"),
             manager=status.text("manager"), unit=status.opt_text("unit"), url=status.text("url"),
@@ -118,6 +125,7 @@ class InstanceStatus:
             exit=SupervisorExit.from_json(done) if done is not None else None,
             cluster=ClusterStatus.from_json(cluster) if cluster is not None else None,
             role=status.opt_text("role"),
+            previous_exit=SupervisorExit.from_json(previous) if previous is not None else None,
         )
 
 
@@ -181,15 +189,19 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
             if second is not None and second[0] == 200:
                 now = parse_prometheus(second[1].decode("utf-8", "replace"))
                 metrics = engine_figures(now, before, metrics_interval_s)
+    last = done.diagnosis if done is not None else None
+    # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
+    diagnosis = (unit_diagnosis(record.unit, unit, last) if unit is not None else None) or last
     return InstanceStatus(
         name=record.name, state=summarize(record, unit, supervisor, healthy), healthy=healthy,
         manager=record.manager, unit=record.unit if record.manager == MANAGER_SYSTEMD else None, url=url,
         model=record.served_model_name, devices=record.devices, unit_state=unit,
         stage=supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None,
-        uptime_s=uptime, metrics=metrics, diagnosis=done.diagnosis if done is not None else None,
+        uptime_s=uptime, metrics=metrics, diagnosis=diagnosis,
         # The exit as status shows it: its summary (the diagnosis is a field of its own, the log tail stays home).
         exit=replace(done, diagnosis=None, log_tail=(), blocking=()) if done is not None else None,
         cluster=cluster_status(record), role=record.role if record.cluster is not None else None,
+        previous_exit=supervisor.previous_exit if supervisor is not None else None,
     )
 
 
@@ -235,14 +247,21 @@ def render_status_text(status: InstanceStatus) -> str:
     unit = status.unit_state
     if unit:
         restarts = f", {unit.restarts} restart(s)" if unit.restarts else ""
+        pid = f", main pid {unit.main_pid}" if unit.main_pid else ""
+        # systemd's Result= of the last run: "success" unless it failed (exit-code, signal, watchdog, timeout, ...).
+        result = f", last result {unit.result}" if unit.result and unit.result != "success" else ""
         lines.append(f"  unit      {status.unit}: {unit.active_state}/{unit.sub_state}"
-                     f"{', since ' + unit.since if unit.since else ''}{restarts}")
+                     f"{', since ' + unit.since if unit.since else ''}{pid}{restarts}{result}")
     elif status.manager != MANAGER_SYSTEMD:
         lines.append("  manager   foreground supervisor (no unit)")
     if status.stage:
         lines.append(f"  stage     {status.stage}")
     if status.uptime_s is not None:
         lines.append(f"  uptime    {status.uptime_s:.0f} s")
+    previous = status.previous_exit
+    if previous is not None and previous.failed:
+        why = f"[{previous.diagnosis.id}] {previous.diagnosis.cause}" if previous.diagnosis else previous.reason
+        lines.append(f"  restarted after {previous.reason} (status {previous.code}): {why}")
     if status.devices:
         lines.append(f"  devices   {','.join(map(str, status.devices))}")
     metrics = status.metrics

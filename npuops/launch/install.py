@@ -11,12 +11,13 @@ from pathlib import Path
 
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.httpclient import base_url
+from npuops.instance.access import ServiceIdentity, service_problems
 from npuops.instance.control import port_taken
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import InstanceRecord, read_status
 from npuops.instance.state import Stage, SupervisorState
-from npuops.launch.instance_files import InstanceFiles, write_instance_files
+from npuops.launch.instance_files import NPU_GROUP, InstanceFiles, write_instance_files
 
 _WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
 
@@ -56,6 +57,24 @@ def check_service_user(user: str) -> None:
             f"the service user {user!r} does not exist on this node",
             f"create it: `useradd --system --no-create-home --shell /usr/sbin/nologin --groups HwHiAiUser {user}` "
             "(`npuops provision` does this), or launch with --service-user USER") from None
+
+
+def check_service_access(records: Sequence[InstanceRecord], user: str, supervisor: str | None) -> None:
+    """Refuse a launch whose unit could not run: an executable, interpreter or model file the service user cannot
+    reach under the unit's sandbox (names the first such path and the fix; npuops.instance.access)."""
+    for record in records:
+        groups = (NPU_GROUP,) if record.devices else ()
+        identity = ServiceIdentity.of(user, groups)
+        if identity is None:
+            check_service_user(user)
+            return
+        problems = service_problems(identity, vllm=Path(record.vllm_command[0]), model=Path(record.model_path),
+                                    supervisor=Path(supervisor) if supervisor else None)
+        if problems:
+            first = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise BadInputError(f"{record.unit} would run as {user}, who cannot use {first.problem()}{more}",
+                                first.fix)
 
 
 def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str | None = None) -> list[Path]:

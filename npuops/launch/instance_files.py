@@ -180,11 +180,6 @@ def _environment(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, replica: 
     return environment
 
 
-def protect_home(model_path: str) -> str:
-    """ProtectHome=yes would hide a model kept under a home directory; read-only still protects it."""
-    return "read-only" if model_path.startswith(("/home/", "/root/", "/run/user/")) else "yes"
-
-
 def device_allow(devices: tuple[int, ...]) -> list[str]:
     """The device nodes a unit may open: its chips' /dev/davinciN and the driver's control nodes."""
     if not devices:
@@ -213,7 +208,6 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
         "timeout_stop_sec": spec.stop_timeout_s + 15,
         "state_directory": state_directory,
         "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
-        "protect_home": protect_home(record.model_path),
         "device_allow": device_allow(record.devices),
         "requires_units": list(extras.requires_units),
         "extra_env_files": list(extras.env_files),
@@ -233,7 +227,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
         stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
-        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=extras.cluster)
+        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=extras.cluster,
+        service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None)
 
 
 def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:

@@ -21,11 +21,13 @@ from npuops.errors import ExitCode
 from npuops.httpclient import base_url
 from npuops.instance.control import stop_foreground
 from npuops.instance.endpoint import Completion, first_completion
+from npuops.instance.exit_statuses import unit_diagnosis
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
-from npuops.instance.state import Stage, SupervisorState
+from npuops.instance.state import Diagnosis, Stage, SupervisorState
 from npuops.launch.install import (
     check_ports_free,
+    check_service_access,
     check_service_user,
     find_conflicts,
     follow_start,
@@ -93,12 +95,11 @@ def _summary(record: InstanceRecord, seconds: float, completion: Completion, api
     return lines
 
 
-def _failure_lines(status: SupervisorState | None, log_tail: Sequence[str]) -> list[str]:
+def _failure_lines(diagnosis: Diagnosis | None, log_tail: Sequence[str]) -> list[str]:
     lines = []
     if log_tail:
         lines.append(f"last {len(log_tail)} log line(s):")
         lines += [f"  | {line}" for line in log_tail]
-    diagnosis = status.exit.diagnosis if status is not None and status.exit is not None else None
     if diagnosis:
         lines.append(f"diagnosis [{diagnosis.id}]: {diagnosis.cause}")
         if diagnosis.line:
@@ -202,7 +203,9 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
     if outcome.reason == "stopped":
         report.progress(f"{record.name} stopped")
         return ExitCode.CHECKS_FAILED if verify_failed else ExitCode.OK
-    for line in _failure_lines(read_status(record), outcome.log_tail):
+    current = read_status(record)
+    for line in _failure_lines(current.exit.diagnosis if current is not None and current.exit is not None else None,
+                               outcome.log_tail):
         report.progress(line)
     return outcome.exit_code or ExitCode.CHECKS_FAILED
 
@@ -211,11 +214,14 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
 
 def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
                    api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str,
-                   verify: bool = False, golden: Path | None = None) -> ExitCode:
+                   supervisor: str | None = None, verify: bool = False, golden: Path | None = None) -> ExitCode:
+    """Install and start each instance's unit, following it until its endpoint answers. `supervisor`: the npuops
+    executable the units run (checked, like vllm and the model, for what the service user can reach)."""
     report = Reporter(as_json)
     records = [i.record for i in instances]
     find_conflicts(records, list_records(settings.state_dir))
     check_service_user(service_user)
+    check_service_access(records, service_user, supervisor)
     _stop_previous(records, settings, manager, report)
     check_ports_free(records)
     for note in notes:
@@ -254,7 +260,9 @@ def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter
     def unit_failed() -> bool:
         if starter.poll() is None:
             return False
-        return manager.state(record.unit).active_state in ("failed", "inactive")
+        state = manager.state(record.unit)
+        # Waiting to be restarted is a failed start as much as "failed" is: say so now, not after the start limit.
+        return state.active_state in ("failed", "inactive") or state.sub_state == "auto-restart"
 
     result = follow_start(
         record, started_at=started, timeout_s=record.timeout_start_s + 90, failed=unit_failed,
@@ -284,9 +292,11 @@ def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter
     report.progress(f"{record.name}: {why} after {result.seconds:.0f} s")
     if start_output.strip():
         report.progress(start_output.strip())
-    for line in _failure_lines(result.status, tail):
-        report.progress(line)
     done = result.status.exit if result.status is not None else None
-    diagnosis = done.diagnosis if done is not None else None
+    # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
+    last = done.diagnosis if done is not None else None
+    diagnosis = unit_diagnosis(record.unit, manager.state(record.unit), last) or last
+    for line in _failure_lines(diagnosis, tail):
+        report.progress(line)
     entry.update(ok=False, reason=result.reason, diagnosis=diagnosis.to_json() if diagnosis else None, log_tail=tail)
     return entry

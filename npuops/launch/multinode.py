@@ -29,7 +29,6 @@ from npuops.launch.instance_files import (
     InstanceExtras,
     LaunchSpec,
     device_allow,
-    protect_home,
     render_instances,
 )
 from npuops.launch.render import render_template
@@ -233,8 +232,6 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
         "working_directory": data_dir,
         "exec_start": argv,
         "runtime_directory": runtime,
-        # The workers read the model too.
-        "protect_home": protect_home(record.model_path),
         "state_directory": state_directory,
         "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
         "device_allow": device_allow(tuple(devices)),

@@ -50,6 +50,7 @@ class PreparedLaunch:
     instances: list[InstanceFiles]
     api_key: str | None
     notes: list[str]
+    spec: LaunchSpec
 
 
 def vllm_executable(settings: Settings, choice: str | None) -> str:
@@ -97,7 +98,7 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices) -> Pre
         state_dir=settings.state_dir, service_data_root=settings.service_data_root, ascend_env=ascend_env,
         manager=MANAGER_FOREGROUND if choices.foreground else MANAGER_SYSTEMD, start_timeout_s=choices.start_timeout_s,
         watchdog_s=choices.watchdog_s, stop_timeout_s=choices.stop_timeout_s, extra_env=dict(choices.extra_env))
-    return PreparedLaunch(render_instances(plan, spec), api_key, notes)
+    return PreparedLaunch(render_instances(plan, spec), api_key, notes, spec)
 
 
 def write_dry_run(instances: list[InstanceFiles], output: Path) -> dict[str, list[str]]:

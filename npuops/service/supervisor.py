@@ -32,7 +32,7 @@ from npuops.httpclient import base_url
 from npuops.instance.endpoint import health_ok
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import InstanceRecord, write_status
+from npuops.instance.record import InstanceRecord, read_status, write_status
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.service.diagnosis import diagnose
 from npuops.service.engine_log import kv_cache_tokens, stage_of
@@ -119,7 +119,7 @@ class Supervisor:
         self._started = time.monotonic()
         self._cluster_checked = -1e9
         self._cluster_problem = ""
-        self._state = SupervisorState.started(record.name, self.url)
+        self._state = SupervisorState.started(record.name, self.url, read_status(record))
 
     # --- signals ----------------------------------------------------------------------------------------------
     def request_stop(self) -> None:
