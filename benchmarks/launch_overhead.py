@@ -1,4 +1,5 @@
-"""Time to a healthy endpoint: `npuops launch --foreground` versus a bare `vllm serve` with the same flags.
+"""Time to a healthy endpoint: `npuops launch` (--foreground, or as a unit under real systemd) versus a bare
+`vllm serve` with the same flags.
 
 Both serve the tiny demo model (npuops.demo_model) on the real vLLM CPU engine from the engine venv
 (scripts/engine-venv.sh; NPUOPS_ENGINE_PYTHON, else ~/.cache/npuops/engine-venv/bin/python):
@@ -12,11 +13,19 @@ For each, the clock starts just before the process is spawned and stops at the f
 (polled by this script the same way for both); then the process gets SIGTERM and is waited for. The runs alternate
 A B A B ... so drift on a noisy machine hits both; the ratio of the medians is what to read. Untimed bare starts come
 first (--warmup, default 1): the very first start of the benchmark fills vLLM's cache (VLLM_CACHE_ROOT/modelinfos,
-shared by A and B) and the page cache, which costs it ~10 s more, and A would always pay it. npuops' own pre-engine
+shared by A and B) and the page cache, which costs it ~10 s more, and A would always pay it (with --systemd the unit
+has a cache of its own, its CacheDirectory=, so an untimed start of A comes first too). npuops' own pre-engine
 time (spawn until the supervisor starts the engine) comes from its status file, <state>/bench-a/supervisor.json.
 Each engine start takes 25-45 s on 2 cores: the default (1 warm-up, 2 runs) takes ~3.5 minutes.
 
-    python benchmarks/launch_overhead.py [--runs 2] [--warmup 1] [--keep]
+With --systemd, A is the production path instead: `npuops launch MODEL ...` (no --foreground) inside a real
+systemd booted as PID 1 in a namespace (tests/support/systemd.py; root only): it installs the hardened unit, which
+runs the start gate and the supervisor as the unprivileged service user; the clock stops at the first /health 200
+(the namespace shares this machine's network), then `npuops stop` ends it. The model then lies under /srv (the
+unit's sandbox hides /tmp) and the engine venv must lie under /opt (scripts/engine-venv.sh as root). B is the same
+bare `vllm serve` on the same model files.
+
+    python benchmarks/launch_overhead.py [--runs 2] [--warmup 1] [--systemd] [--keep]
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from npuops.envfile import parse_env_file  # noqa: E402
+from tests.support.systemd import RealSystemd, ServingNode, prepare_serving_node, unavailable_reason  # noqa: E402
 
 NAME = "bench-a"
 HOST = "127.0.0.1"
@@ -151,6 +161,35 @@ def timed_start(argv: Sequence[str], env: Mapping[str, str], port: int, log: Pat
     return Run(seconds, stop_s, pre_engine)
 
 
+def timed_service_start(node: ServingNode, model: Path, port: int, log: Path, timeout: float) -> Run:
+    """`npuops launch` as a unit inside the namespace until /health answers; then `npuops stop`."""
+    argv = [str(node.venv / "bin" / "npuops"), "launch", str(model), *LAUNCH_FLAGS, "--name", NAME, "--port",
+            str(port), "--vllm", str(node.venv / "bin" / "vllm")]
+    with open(log, "wb") as out:
+        spawned_wall = time.time()
+        started = time.perf_counter()
+        process = node.systemd.popen_to(argv, out)
+        while not healthy(port):
+            rc = process.poll()
+            if rc is not None:
+                raise BenchError(f"npuops launch exited with rc {rc} before /health answered; {log}:\n{tail(log)}")
+            if time.perf_counter() - started > timeout:
+                stop(process)
+                raise BenchError(f"no /health 200 after {timeout:.0f} s; {log}:\n{tail(log)}")
+            time.sleep(POLL_S)
+        seconds = time.perf_counter() - started
+        process.wait(timeout=timeout)  # launch returns after its first completion
+    pre_engine = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, StopIteration):
+        status = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json").read_text())
+        pre_engine = float(next(s for s in status["stages"] if s["stage"] == "starting")["at"]) - spawned_wall
+    stopping = time.perf_counter()
+    done = node.npuops("stop", NAME, timeout=120)
+    if done.returncode != 0:
+        raise BenchError(f"npuops stop {NAME} failed: {done.stdout}{done.stderr}")
+    return Run(seconds, time.perf_counter() - stopping, pre_engine)
+
+
 def render(bin_dir: Path, model: Path, port: int, out_dir: Path, env: Mapping[str, str]) -> None:
     argv = [str(bin_dir / "npuops"), "launch", str(model), *LAUNCH_FLAGS, "--name", NAME, "--port", str(port),
             "--vllm", str(bin_dir / "vllm"), "--dry-run", "--output", str(out_dir)]
@@ -170,6 +209,8 @@ def main() -> int:
                         help="untimed bare engine starts first, to fill the caches both share (default 1)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for /health per start")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, rendered files)")
+    parser.add_argument("--systemd", action="store_true",
+                        help="A launches a unit under real systemd booted in a namespace (root; venv under /opt)")
     args = parser.parse_args()
 
     bin_dir = engine_venv_bin()
@@ -179,7 +220,15 @@ def main() -> int:
               "    export NPUOPS_ENGINE_PYTHON=$(scripts/engine-venv.sh | tail -n 1)", file=sys.stderr)
         return 2
 
-    work = Path(tempfile.mkdtemp(prefix="npuops-bench-launch-"))
+    node: ServingNode | None = None
+    if args.systemd:
+        reason = unavailable_reason()
+        if reason is not None or any(part in ("tmp", "home", "root") for part in bin_dir.resolve().parts[1:2]):
+            print(f"--systemd: {reason or f'the engine venv {bin_dir.parent} lies where the unit sandbox hides it'}"
+                  "; run as root with the engine venv under /opt (scripts/engine-venv.sh as root)", file=sys.stderr)
+            return 2
+    # Under /srv with --systemd: the unit's sandbox hides /tmp from the service user.
+    work = Path(tempfile.mkdtemp(prefix="npuops-bench-launch-", dir="/srv" if args.systemd else None))
     short_tmp = Path(tempfile.mkdtemp(prefix="nb", dir="/tmp"))  # zmq ipc:// paths must stay < 107 bytes
     state = work / "state"
     env = dict(os.environ)
@@ -200,8 +249,20 @@ def main() -> int:
         if made.returncode != 0:
             raise BenchError(f"npuops.demo_model failed:\n{made.stdout}{made.stderr}")
 
+        if args.systemd:
+            model.chmod(0o755)
+            work.chmod(0o755)
+            systemd = RealSystemd(work / "systemd")
+            systemd.boot()
+            node = prepare_serving_node(systemd, bin_dir / "python", REPO, model, copy_model=False)
+
         def run_a(i: int) -> tuple[Run, str, dict[str, str]]:
             port = free_port()
+            if node is not None:
+                run = timed_service_start(node, model, port, work / f"a{i}.log", args.timeout)
+                rendered = node.systemd.root / "etc/npuops" / NAME
+                return (run, (rendered / "vllm.yaml").read_text(encoding="utf-8"),
+                        parse_env_file((rendered / "env").read_text(encoding="utf-8"), str(rendered / "env")))
             argv = [str(bin_dir / "npuops"), "launch", str(model), *LAUNCH_FLAGS, "--foreground", "--name", NAME,
                     "--port", str(port), "--vllm", str(bin_dir / "vllm")]
             run = timed_start(argv, env, port, work / f"a{i}.log", args.timeout, state / NAME / "supervisor.json")
@@ -219,10 +280,14 @@ def main() -> int:
             return run, (rendered / "vllm.yaml").read_text(encoding="utf-8"), overlay
 
         warmup = f" after {args.warmup} untimed warm-up start(s)" if args.warmup else ""
-        print(f"npuops launch --foreground (A) versus bare vllm serve (B) to the first /health 200, tiny model, "
+        what = "npuops launch as a unit under real systemd" if node is not None else "npuops launch --foreground"
+        print(f"{what} (A) versus bare vllm serve (B) to the first /health 200, tiny model, "
               f"{args.runs} run(s) each, alternating{warmup}", flush=True)
         for i in range(args.warmup):
             print(f"  warm-up (bare vllm serve): {run_b(-1 - i)[0].seconds:6.1f} s", flush=True)
+            if node is not None:
+                # The unit's own vLLM cache (its CacheDirectory=) is filled by its first start, as B's is by B's.
+                print(f"  warm-up (the unit):        {run_a(-1 - i)[0].seconds:6.1f} s", flush=True)
         a_runs: list[Run] = []
         b_runs: list[Run] = []
         same_flags = True
@@ -242,6 +307,8 @@ def main() -> int:
         args.keep = True
         return 1
     finally:
+        if node is not None:
+            node.systemd.shutdown()
         shutil.rmtree(short_tmp, ignore_errors=True)
         if args.keep:
             print(f"work directory (logs, rendered files): {work}")
@@ -252,7 +319,7 @@ def main() -> int:
     b_med = statistics.median(r.seconds for r in b_runs)
     pres = [r.pre_engine_s for r in a_runs if r.pre_engine_s is not None]
     print(f"median over {args.runs} run(s):")
-    print(f"  A  npuops launch --foreground: {a_med:6.2f} s")
+    print(f"  A  {'npuops launch (systemd unit)' if args.systemd else 'npuops launch --foreground'}: {a_med:6.2f} s")
     print(f"  B  vllm serve --config:        {b_med:6.2f} s")
     print(f"  ratio A/B: {a_med / b_med:.3f}  (A - B: {a_med - b_med:+.2f} s)")
     if pres:

@@ -20,6 +20,7 @@ from npuops.doctor.model import Check, Result, Severity
 from npuops.httpclient import client_host
 from npuops.instance.access import AccessProblem, ServiceIdentity, executable_problems, model_problems
 from npuops.instance.control import port_taken
+from npuops.instance.manager import systemd_booted
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord
@@ -45,18 +46,20 @@ class InstanceCheck(Check):
         if record is None:
             return Result.skip("no instance given: this check runs in an instance's start gate "
                                "(`npuops run --preflight NAME`)", NO_INSTANCE_FIX)
-        return self.check(record)
+        return self.check(record, ctx)
 
     @abc.abstractmethod
-    def check(self, record: InstanceRecord) -> Result:
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
         """The check's answer for this instance."""
 
 
-def service_identity(record: InstanceRecord) -> ServiceIdentity | None:
-    """Who the instance's unit runs as (with the NPU group when it has chips); None for a foreground run."""
+def service_identity(record: InstanceRecord, ctx: CheckContext) -> ServiceIdentity | None:
+    """Who the instance's unit runs as (with the NPU group when it has chips); None for a foreground run. The
+    unit's sandbox applies when real systemd runs the node (not docker-systemctl-replacement)."""
     if record.service_user is None:
         return None
-    return ServiceIdentity.of(record.service_user, ("HwHiAiUser",) if record.devices else ())
+    return ServiceIdentity.of(record.service_user, ("HwHiAiUser",) if record.devices else (),
+                              sandboxed=systemd_booted(ctx.settings))
 
 
 def _access_failed(record: InstanceRecord, problems: list[AccessProblem], **evidence: object) -> Result:
@@ -71,14 +74,19 @@ class EngineExecutable(InstanceCheck):
 
     id = "engine-executable"
 
-    def check(self, record: InstanceRecord) -> Result:
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
         exe = record.vllm_command[0]
-        identity = service_identity(record)
+        identity = service_identity(record, ctx)
         if identity is not None and os.path.isabs(exe):
             # As the service user, under the sandbox: root (the gate) can run what the unit cannot (203/EXEC).
             problems = executable_problems("the vllm executable", Path(exe), identity)
-            # The supervisor the unit runs (ExecStart= is this very npuops) must be reachable too.
-            problems += executable_problems("the npuops interpreter", Path(sys.executable), identity)
+            # The supervisor the unit runs (ExecStart=), and the interpreter running this gate, must be reachable
+            # too: root runs the gate ("+") where the unit's user may not follow (a venv or a symlink into /root).
+            supervisor = record.supervisor_command[0] if record.supervisor_command else None
+            if supervisor is not None and os.path.isabs(supervisor):
+                problems += executable_problems("the npuops executable", Path(supervisor), identity)
+            else:
+                problems += executable_problems("the npuops interpreter", Path(sys.executable), identity)
             if problems:
                 return _access_failed(record, problems, executable=exe)
             return Result.passed(f"{exe} runs as {identity.user}", executable=exe, user=identity.user)
@@ -98,14 +106,14 @@ class ModelDirectory(InstanceCheck):
 
     id = "model-directory"
 
-    def check(self, record: InstanceRecord) -> Result:
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
         model = Path(record.model_path)
         if not ((model / "config.json").is_file() or (model / "params.json").is_file()):
             what = "does not exist" if not model.exists() else "holds no config.json (or params.json)"
             return Result.fail(f"the model directory {model} {what}",
                                "put the model back (config.json, tokenizer and weights) or re-launch with the right "
                                "directory", model=str(model))
-        identity = service_identity(record)
+        identity = service_identity(record, ctx)
         if identity is not None:
             # Weights saved 0600 by root pass a check made as root and fail the engine on every restart.
             problems = model_problems(model, identity)
@@ -120,7 +128,7 @@ class PortFree(InstanceCheck):
 
     id = "port-free"
 
-    def check(self, record: InstanceRecord) -> Result:
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
         if not record.serves_api:
             return Result.skip(f"{record.name}'s part here ({record.role}) serves no API: it has no port of its own",
                                "nothing to do: the part that serves the API checks its port", role=record.role)
@@ -161,7 +169,7 @@ class RayCluster(InstanceCheck):
 
     id = "ray-cluster"
 
-    def check(self, record: InstanceRecord) -> Result:
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
         """A Ray head's engine starts only once every host of the group has a live Ray node: vLLM would otherwise
         wait for its placement group and then fail with a resource error that names no host."""
         cluster = record.ray_cluster

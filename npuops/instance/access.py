@@ -36,14 +36,16 @@ _MAX_SYMLINKS = 40
 
 @dataclass(frozen=True)
 class ServiceIdentity:
-    """Who a unit runs as: its user, uid and groups (primary and supplementary)."""
+    """Who a unit runs as: its user, uid and groups (primary and supplementary), and whether the unit's sandbox
+    applies (real systemd; docker-systemctl-replacement, a container's init, ignores PrivateTmp=/ProtectHome=)."""
 
     user: str
     uid: int
     gids: frozenset[int]
+    sandboxed: bool = True
 
     @classmethod
-    def of(cls, user: str, extra_groups: tuple[str, ...] = ()) -> ServiceIdentity | None:
+    def of(cls, user: str, extra_groups: tuple[str, ...] = (), *, sandboxed: bool = True) -> ServiceIdentity | None:
         """The identity of an existing user, with the unit's SupplementaryGroups; None when there is no such user."""
         try:
             entry = pwd.getpwnam(user)
@@ -55,7 +57,7 @@ class ServiceIdentity:
                 gids.add(grp.getgrnam(name).gr_gid)
             except KeyError:
                 continue
-        return cls(user, entry.pw_uid, frozenset(gids))
+        return cls(user, entry.pw_uid, frozenset(gids), sandboxed)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ def sandbox_hidden(path: Path) -> tuple[Path, str] | None:
 def _allows(st: os.stat_result, identity: ServiceIdentity, bits: int) -> bool:
     """Whether the owner/group/other bits of `st` give `identity` every permission in `bits` (r=4, w=2, x=1)."""
     mode = stat.S_IMODE(st.st_mode)
+    if identity.uid == 0:
+        # Root reads and writes anything; it runs what any execute bit allows.
+        return not bits & 1 or bool(mode & 0o111)
     if st.st_uid == identity.uid:
         granted = (mode >> 6) & 7
     elif st.st_gid in identity.gids:
@@ -140,7 +145,7 @@ def _owner(st: os.stat_result) -> str:
 
 def path_problem(what: str, path: Path, identity: ServiceIdentity, bits: int, fix: str) -> AccessProblem | None:
     """Hidden by the sandbox, or not usable by the service user: the first reason, with `fix`."""
-    hidden = sandbox_hidden(path)
+    hidden = sandbox_hidden(path) if identity.sandboxed else None
     if hidden is not None:
         where, why = hidden
         return AccessProblem(what, str(path), str(where), why,

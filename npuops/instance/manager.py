@@ -9,6 +9,7 @@ shell.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -19,9 +20,12 @@ from npuops.errors import EnvironmentMissingError, ServiceManagerError
 from npuops.settings import Settings
 
 _SHOW_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestamp", "NRestarts", "Result",
-                    "UnitFileState", "LoadState", "ExecMainStatus", "ExecMainCode")
+                    "UnitFileState", "LoadState", "ExecMainStatus", "ExecMainCode", "ExecStartPre")
 # ExecMainCode= is the si_code of the main process's end (waitid(2)): it exited, or a signal ended it.
 CLD_EXITED = 1
+# One command of ExecStartPre= as `systemctl show` prints it, e.g. "{ path=/x ; argv[]=/x a ; ... ; pid=352 ;
+# code=exited ; status=217 }" (systemd 252; tests/fixtures/systemd): how its last run ended.
+_COMMAND_END = re.compile(r"\bcode=(?P<code>[\w()]+) ; status=(?P<status>\d+)")
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,14 @@ class UnitState:
     loaded: str
     # How the main process of the last run ended: its exit status when it exited (ExecMainCode=1), else None.
     exit_status: int | None = None
+    # How the start gate (ExecStartPre=) of the last start ended, when it exited with a status other than 0: systemd
+    # fails a unit there when it cannot even set up its processes (217/USER: the User= is gone).
+    start_pre_status: int | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"active_state": self.active_state, "sub_state": self.sub_state, "main_pid": self.main_pid,
                 "since": self.since, "restarts": self.restarts, "result": self.result, "enabled": self.enabled,
-                "loaded": self.loaded, "exit_status": self.exit_status}
+                "loaded": self.loaded, "exit_status": self.exit_status, "start_pre_status": self.start_pre_status}
 
 
 def parse_show(text: str) -> UnitState:
@@ -66,7 +73,16 @@ def parse_show(text: str) -> UnitState:
         enabled=values.get("UnitFileState", ""),
         loaded=values.get("LoadState", ""),
         exit_status=number("ExecMainStatus") if number("ExecMainCode") == CLD_EXITED else None,
+        start_pre_status=_failed_exit(values.get("ExecStartPre", "")),
     )
+
+
+def _failed_exit(commands: str) -> int | None:
+    """The first non-zero exit status among a command property's runs (ExecStartPre=), or None. Pure."""
+    for match in _COMMAND_END.finditer(commands):
+        if match.group("code") == "exited" and int(match.group("status")) != 0:
+            return int(match.group("status"))
+    return None
 
 
 class SystemdManager:
@@ -152,6 +168,11 @@ class SystemdManager:
         except (OSError, subprocess.TimeoutExpired):
             return []
         return result.stdout.splitlines()[-lines:]
+
+
+def systemd_booted(settings: Settings) -> bool:
+    """Whether real systemd is this node's init (sd_booted(3): /run/systemd/system exists)."""
+    return settings.host_path("/run/systemd/system").is_dir()
 
 
 def service_manager(settings: Settings) -> SystemdManager:

@@ -79,6 +79,8 @@ class InstanceRecord:
     cluster: ClusterMembership | None = None
     # Who the unit runs as (its User=); None for a foreground run (whoever runs it). The gate checks as this user.
     service_user: str | None = None
+    # The npuops the unit runs, its supervisor and start gate (ExecStart=, ExecStartPre=); () for a foreground run.
+    supervisor_command: tuple[str, ...] = ()
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -132,6 +134,7 @@ class InstanceRecord:
         data = asdict(self)
         data["devices"] = list(self.devices)
         data["vllm_command"] = list(self.vllm_command)
+        data["supervisor_command"] = list(self.supervisor_command)
         data["cluster"] = self.cluster.to_json() if self.cluster is not None else {}
         return data
 
@@ -140,11 +143,12 @@ class InstanceRecord:
         known = {f.name for f in fields(cls)}
         try:
             values = {k: v for k, v in data.items() if k in known}
-            for key in ("devices", "vllm_command"):
+            for key in ("devices", "vllm_command", "supervisor_command"):
                 if not isinstance(values.get(key, []), list):
                     raise TypeError(f"{key} must be a list")
             values["devices"] = tuple(int(d) for d in values.get("devices", ()))
             values["vllm_command"] = tuple(str(a) for a in values["vllm_command"])
+            values["supervisor_command"] = tuple(str(a) for a in values.get("supervisor_command", ()))
             values["port"] = int(values["port"])
             if values.get("role", ROLE_ENGINE) not in ROLES:
                 raise ValueError(f"role {values['role']!r} is not one of {', '.join(ROLES)}")

@@ -112,14 +112,15 @@ class SupervisorExit:
 
     def summary_json(self) -> dict[str, Any]:
         """What `npuops status --json` shows of it (the diagnosis is a key of its own there)."""
-        return {"code": self.code, "reason": self.reason, "engine_returncode": self.engine_returncode, "at": self.at}
-
-    def to_json(self) -> dict[str, Any]:
-        data = {**self.summary_json(), "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
-                "log_tail": list(self.log_tail)}
+        data: dict[str, Any] = {"code": self.code, "reason": self.reason, "engine_returncode": self.engine_returncode,
+                                "at": self.at}
         if self.blocking:
             data["blocking"] = list(self.blocking)
         return data
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.summary_json(), "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+                "log_tail": list(self.log_tail)}
 
     @classmethod
     def from_json(cls, data: object) -> SupervisorExit:

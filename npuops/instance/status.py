@@ -25,6 +25,8 @@ from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
 
 INSTANCE_STATUS = "instance status"
+# The unit's journal lines read for a failed unit: enough to hold systemd's last start attempt and its verdict.
+JOURNAL_LINES = 30
 
 
 def unit_state_from_json(data: object) -> UnitState:
@@ -138,6 +140,9 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
         active = unit.active_state
         if active == "active" and healthy:
             return "healthy"
+        if active == "activating" and unit.sub_state == "auto-restart":
+            # Between a failed run and systemd's next try (RestartSec=): say why it failed, not "starting".
+            return f"restarting (after {exit_info.reason})" if exit_info is not None else "restarting"
         if active == "activating":
             return f"starting ({stage or 'gate'})"
         if active == "active":
@@ -160,6 +165,11 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
     if exit_info is not None and exit_info.failed:
         return "failed"
     return "stopped"
+
+
+def _journal_if_failed(manager: SystemdManager, unit_name: str, unit: UnitState) -> list[str]:
+    """The unit's last journal lines when it failed (whether systemd gave up restarting it is said only there)."""
+    return manager.recent_log(unit_name, JOURNAL_LINES) if unit.active_state == "failed" else []
 
 
 def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, metrics_interval_s: float = 1.0,
@@ -191,15 +201,17 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
                 metrics = engine_figures(now, before, metrics_interval_s)
     last = done.diagnosis if done is not None else None
     # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
-    diagnosis = (unit_diagnosis(record.unit, unit, last) if unit is not None else None) or last
+    diagnosis = (unit_diagnosis(record.unit, unit, last, _journal_if_failed(manager, record.unit, unit))
+                 if unit is not None and manager is not None else None) or last
     return InstanceStatus(
         name=record.name, state=summarize(record, unit, supervisor, healthy), healthy=healthy,
         manager=record.manager, unit=record.unit if record.manager == MANAGER_SYSTEMD else None, url=url,
         model=record.served_model_name, devices=record.devices, unit_state=unit,
         stage=supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None,
         uptime_s=uptime, metrics=metrics, diagnosis=diagnosis,
-        # The exit as status shows it: its summary (the diagnosis is a field of its own, the log tail stays home).
-        exit=replace(done, diagnosis=None, log_tail=(), blocking=()) if done is not None else None,
+        # The exit as status shows it: its summary and the gate's refusing checks (the diagnosis is a field of its
+        # own, the log tail stays home).
+        exit=replace(done, diagnosis=None, log_tail=()) if done is not None else None,
         cluster=cluster_status(record), role=record.role if record.cluster is not None else None,
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
     )
@@ -288,6 +300,8 @@ def render_status_text(status: InstanceStatus) -> str:
     if diagnosis:
         done = status.exit
         lines.append(f"  last exit {done.reason if done else None} (status {done.code if done else None})")
+        if done is not None and len(done.blocking) > 1:
+            lines.append(f"  refused   by {', '.join(done.blocking)} (`npuops logs {status.name}` has each fix)")
         lines.append(f"  diagnosis [{diagnosis.id}] {diagnosis.cause}")
         if diagnosis.line:
             lines.append(f"  seen      {diagnosis.line}")

@@ -3,6 +3,7 @@ and follow a start to "healthy" (or to the diagnosis of why not)."""
 
 from __future__ import annotations
 
+import grp
 import pwd
 import time
 from collections.abc import Callable, Sequence
@@ -59,12 +60,30 @@ def check_service_user(user: str) -> None:
             "(`npuops provision` does this), or launch with --service-user USER") from None
 
 
-def check_service_access(records: Sequence[InstanceRecord], user: str, supervisor: str | None) -> None:
-    """Refuse a launch whose unit could not run: an executable, interpreter or model file the service user cannot
-    reach under the unit's sandbox (names the first such path and the fix; npuops.instance.access)."""
+def check_groups_exist(record: InstanceRecord, groups: Sequence[str]) -> None:
+    """The unit's SupplementaryGroups= must exist, or systemd fails every start with 216/GROUP."""
+    for name in groups:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            raise EnvironmentMissingError(
+                f"{record.unit} needs the group {name} (SupplementaryGroups=, access to the NPU device nodes), "
+                "which does not exist on this node",
+                "install the Ascend driver (its installer creates HwHiAiUser; `npuops provision --tags driver`), "
+                f"or create it: `groupadd --system {name}`") from None
+
+
+def check_service_access(records: Sequence[InstanceRecord], user: str, supervisor: str | None, *,
+                         real_systemd: bool = True) -> None:
+    """Refuse a launch whose unit could not run: a missing group, an executable, interpreter or model file the
+    service user cannot reach under the unit's sandbox (names the first such path and the fix;
+    npuops.instance.access). `real_systemd`: False under docker-systemctl-replacement, which applies neither the
+    sandbox nor SupplementaryGroups=."""
     for record in records:
         groups = (NPU_GROUP,) if record.devices else ()
-        identity = ServiceIdentity.of(user, groups)
+        if real_systemd:
+            check_groups_exist(record, groups)
+        identity = ServiceIdentity.of(user, groups, sandboxed=real_systemd)
         if identity is None:
             check_service_user(user)
             return

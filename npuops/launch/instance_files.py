@@ -228,7 +228,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
         prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=extras.cluster,
-        service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None)
+        service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None,
+        supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())
 
 
 def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:

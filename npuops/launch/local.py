@@ -46,8 +46,8 @@ class Reporter:
         self.json_lines = json_lines
 
     def progress(self, text: str) -> None:
-        if not self.as_json:
-            print(text, file=sys.stderr, flush=True)
+        # On stderr, --json or not (as a group launch does): stdout keeps the one document.
+        print(text, file=sys.stderr, flush=True)
 
     def event(self, **data: Any) -> None:
         if self.as_json and self.json_lines:
@@ -221,7 +221,7 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
     records = [i.record for i in instances]
     find_conflicts(records, list_records(settings.state_dir))
     check_service_user(service_user)
-    check_service_access(records, service_user, supervisor)
+    check_service_access(records, service_user, supervisor, real_systemd=not manager.is_replacement)
     _stop_previous(records, settings, manager, report)
     check_ports_free(records)
     for note in notes:
@@ -295,7 +295,7 @@ def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter
     done = result.status.exit if result.status is not None else None
     # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
     last = done.diagnosis if done is not None else None
-    diagnosis = unit_diagnosis(record.unit, manager.state(record.unit), last) or last
+    diagnosis = unit_diagnosis(record.unit, manager.state(record.unit), last, tail) or last
     for line in _failure_lines(diagnosis, tail):
         report.progress(line)
     entry.update(ok=False, reason=result.reason, diagnosis=diagnosis.to_json() if diagnosis else None, log_tail=tail)

@@ -54,17 +54,22 @@ class _Blank(dict[str, str]):
 def diagnose(lines: Sequence[str], facts: Mapping[str, str] | None = None) -> Diagnosis | None:
     """The first signature (in the data file's order, most specific first) that matches a line, or None.
 
-    `facts` fills the {name}, {env_file}, {port} and {model} placeholders of the cause and fix.
+    `facts` fills the {name}, {env_file}, {port}, {model} and {user} placeholders of the cause and fix; a
+    pattern's named groups fill their own.
     """
     values = _Blank(facts or {})
     text = "\n".join(lines)
     for signature in load_signatures():
         for line in lines:
-            if any(p.search(line) for p in signature.patterns):
-                if signature.import_failure:
-                    failure = classify_import_failure(text, values.get("env_file", "the service's environment"))
-                    return Diagnosis(signature.id, failure.cause, failure.remediation, failure.line, signature.source,
-                                     signature.permanent)
-                return Diagnosis(signature.id, signature.cause.format_map(values), signature.fix.format_map(values),
-                                 line.strip(), signature.source, signature.permanent)
+            match = next((m for p in signature.patterns if (m := p.search(line))), None)
+            if match is None:
+                continue
+            if signature.import_failure:
+                failure = classify_import_failure(text, values.get("env_file", "the service's environment"))
+                return Diagnosis(signature.id, failure.cause, failure.remediation, failure.line, signature.source,
+                                 signature.permanent)
+            # A pattern's named groups (the file a message names) fill placeholders too.
+            filled = _Blank({**values, **{k: v for k, v in match.groupdict().items() if v is not None}})
+            return Diagnosis(signature.id, signature.cause.format_map(filled), signature.fix.format_map(filled),
+                             line.strip(), signature.source, signature.permanent)
     return None

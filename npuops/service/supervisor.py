@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -90,6 +91,14 @@ _SIGNAL_CAUSES = {
     signal.SIGABRT: ("the engine aborted (SIGABRT): a native library gave up",
                      "read the lines before the abort with `npuops logs NAME`"),
 }
+
+
+def _user_name() -> str:
+    """Who the engine runs as (the unit's User=), for the fixes that name it."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def signal_diagnosis(returncode: int) -> Diagnosis | None:
@@ -392,7 +401,7 @@ class Supervisor:
 
     def _facts(self) -> dict[str, str]:
         return {"name": self.record.name, "env_file": str(self.record.env_file), "port": str(self.record.port),
-                "model": self.record.model_path}
+                "model": self.record.model_path, "user": _user_name()}
 
     def _finish(self, outcome: Outcome) -> Outcome:
         if self._reader is not None:

@@ -5,7 +5,9 @@ launch-group.yml (docker-systemctl-replacement stands in for systemd, which is n
 - Pipeline parallel 2 over Ray: a Ray cluster of the two hosts from the rendered Ray units, `ray status` and
   `npuops status -i ... --group` show both nodes, a completion crosses both stages; the worker's Ray unit stopped is
   noticed by the head, named by the group status and by the fleet doctor; `npuops stop -i ... --group` stops it all.
-- Native data parallel: the leader and a `--headless` follower; requests, group status and logs, a lost follower.
+Native data parallel runs under real systemd on each host instead (tests/systemd/test_group_launch.py). PP over Ray
+stays here: under real systemd its hardened Ray units come up and join, but the two stages stop after loading their
+weights (not yet understood), so the stand-in remains its proof.
 
 The hosts share this machine's /tmp and /work and see /root through an overlay, so npuops (this checkout's venv)
 and the engine venv with Ray run inside them; each host has its own /etc, /var and /run.
@@ -148,57 +150,3 @@ def group_status_of(inventory: Path, artifacts: Path, name: str) -> tuple[int, d
                           "--json")
     assert out.strip(), err
     return rc, json.loads(out)
-
-
-def test_launch_native_data_parallel_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,
-                                                  tiny_model: Path, tmp_path: Path) -> None:
-    """vLLM's native data parallel over two hosts, no Ray: the leader (API server, rank 0) on the first host and a
-    `--headless` follower (rank 1) on the second, both under `npuops run`, started by launch-group.yml."""
-    fleet = ssh_fleet(2)
-    leader, follower = fleet.names
-    inventory = fleet.inventory_path(group_vars={"npuops_command": str(host_npuops(tmp_path)),
-                                                 "npuops_systemctl": [str(SYSTEMCTL)]})
-    artifacts = tmp_path / "artifacts"
-    name = "dp"
-    flags = [f if f != "ray" else "dp" for f in PLAN_FLAGS]
-    rc, out, err = npuops("launch", str(tiny_model), *flags, "--name", name, "-i", str(inventory), "--group", "fleet",
-                          "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root",
-                          "--artifacts", str(artifacts), "--json", timeout=900)
-    try:
-        assert out.strip(), err
-        report = json.loads(out)
-        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
-        assert report["strategy"] == "dp"
-        assert {h: report["hosts"][h]["role"] for h in (leader, follower)} == {leader: "leader", follower: "follower"}
-        config = report["plan"]["config"]
-        assert config["data_parallel_size"] == 2 and config["data_parallel_size_local"] == 1
-        endpoint = report["endpoint"]
-        for _ in range(4):  # the leader spreads requests over both engines
-            done = fleet.run(leader, [str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
-                                      endpoint["model"]], timeout=180)
-            assert done.returncode == 0, done
-        rc, view = group_status_of(inventory, artifacts, name)
-        assert rc == 0 and view["ok"], view
-        part = view["hosts"][follower]["instance"]
-        assert part["role"] == "headless" and part["state"] == "healthy" and part["stage"] == "healthy", part
-        # Every host's log, in one call.
-        rc, out, err = npuops("logs", name, "-i", str(inventory), "--group", "fleet", "-n", "200",
-                              "--artifacts", str(artifacts), "--json")
-        logs = json.loads(out)
-        assert rc == 0 and logs["ok"], (logs, err)
-        leader_lines = "\n".join(logs["hosts"][leader]["answer"]["lines"])
-        follower_lines = "\n".join(logs["hosts"][follower]["answer"]["lines"])
-        assert "/health" in leader_lines or "Application startup complete" in leader_lines, leader_lines[-2000:]
-        assert "headless" in follower_lines.lower() or "EngineCore" in follower_lines, follower_lines[-2000:]
-
-        # The follower's engine goes: its own part is down and named, though vLLM's leader keeps answering /health.
-        done = fleet.run(follower, f"{SYSTEMCTL} stop npuops-{name}.service", timeout=120)
-        assert done.returncode == 0, done
-        rc, view = group_status_of(inventory, artifacts, name)
-        assert rc == 1 and view["down"] == [follower], view
-        assert view["endpoint"]["healthy"] is True, view
-    finally:
-        rc, out, err = npuops("stop", name, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
-                              "--json")
-    stopped = json.loads(out)
-    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)

@@ -6,7 +6,7 @@
   engine is frozen (SIGSTOP) and resume after SIGCONT, and kill -9 of the engine ending the supervisor non-zero
   with nothing of the engine left;
 - a model directory that is not a model: a diagnosis and exit 78, not a hang.
-The lifecycle under a service manager is in test_service_lifecycle.py.
+The lifecycle under real systemd (launch, crash, hang, stop, reboot) is in tests/systemd/.
 """
 
 from __future__ import annotations

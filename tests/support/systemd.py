@@ -14,10 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 SYSTEMD = Path("/lib/systemd/systemd")
 # Units that make no sense in the namespace (consoles, udev, the host's network and services).
@@ -43,6 +45,13 @@ exec chroot "$ROOT" /lib/systemd/systemd --system
 """
 
 
+def machine_units(etc: Path = Path("/etc/systemd/system")) -> tuple[str, ...]:
+    """This machine's own enabled services and timers (a database, apt timers): not the node's, masked inside."""
+    found = [p.name for wants in ("multi-user.target.wants", "timers.target.wants", "sysinit.target.wants")
+             for p in sorted((etc / wants).glob("*")) if p.suffix in (".service", ".timer")]
+    return tuple(name for name in found if name not in MASKED)
+
+
 def unavailable_reason() -> str | None:
     """Why real systemd cannot be booted here, or None."""
     if os.geteuid() != 0:
@@ -60,9 +69,14 @@ class RealSystemd:
     """One booted systemd; `base` holds its overlay (upper layer in a tmpfs) and its console log."""
 
     base: Path
+    # A network namespace (`ip netns`) to boot in: a host of its own on the network (an SSH test host).
+    netns: str | None = None
     unshare: subprocess.Popen[bytes] | None = None
     boots: int = 0
     _console: object = field(default=None, repr=False)
+    _watcher: threading.Thread | None = field(default=None, repr=False)
+    _stopping: bool = field(default=False, repr=False)
+    _mounted: bool = field(default=False, repr=False)
 
     @property
     def root(self) -> Path:
@@ -83,7 +97,12 @@ class RealSystemd:
             raise RuntimeError(f"systemd is not running (see {self.console_log})")
         return int(children[0])
 
-    def _mount_overlay(self) -> None:
+    def mount(self) -> None:
+        """The overlay of this machine's root (its upper layer in a tmpfs), once: files written under `root` before
+        the first boot are there when it boots."""
+        if self._mounted:
+            return
+        self._mounted = True
         upper = self.base / "up"
         upper.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -95,15 +114,16 @@ class RealSystemd:
 
     def boot(self) -> None:
         """Boot systemd (the overlay is made on the first boot and kept across reboots) and wait until it runs."""
-        if self.boots == 0:
-            self._mount_overlay()
+        self.mount()
         init = self.base / "init.sh"
         init.write_text(_INIT, encoding="utf-8")
         init.chmod(0o755)
         console = open(self.console_log, "ab")  # noqa: SIM115 - closed in shutdown()
         self._console = console
-        self.unshare = subprocess.Popen(["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", str(init),
-                                         str(self.root), *MASKED], stdin=subprocess.DEVNULL, stdout=console,
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        self.unshare = subprocess.Popen([*prefix, "unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", str(init),
+                                         str(self.root), *MASKED, *machine_units()], stdin=subprocess.DEVNULL,
+                                        stdout=console,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         self.boots += 1
         self.wait_running()
@@ -123,10 +143,29 @@ class RealSystemd:
             time.sleep(0.3)
         raise RuntimeError(f"systemd did not come up within {timeout:.0f} s (state {state!r}; see {self.console_log})")
 
+    def _nsenter(self) -> list[str]:
+        return ["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-r", "-w", *(["-n"] if self.netns else [])]
+
+    def follow_reboots(self) -> None:
+        """Boot again whenever the namespace reboots itself (`systemctl reboot`, `shutdown -r`, Ansible's reboot):
+        systemd's final reboot(2) in a PID namespace ends its init with SIGHUP (a power-off: SIGINT), as the
+        machine's firmware would start the node again."""
+        def watch() -> None:
+            while not self._stopping:
+                unshare = self.unshare
+                if unshare is None or unshare.poll() is None or unshare.returncode != -signal.SIGHUP:
+                    time.sleep(0.2)  # running, or powered off by this harness (reboot(), shutdown())
+                    continue
+                if not self._stopping:
+                    self.boot()
+
+        self._watcher = threading.Thread(target=watch, name="systemd-reboots", daemon=True)
+        self._watcher.start()
+
     def run(self, argv: Sequence[str], *, timeout: float = 120.0, env: Mapping[str, str] | None = None,
             input_text: str | None = None) -> subprocess.CompletedProcess[str]:
         """A command inside the namespace (its mounts, PIDs, hostname, IPC; this machine's network)."""
-        command = ["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-r", "-w", *argv]
+        command = [*self._nsenter(), *argv]
         environment = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8",
                        "HOME": "/root", **(env or {})}
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment,
@@ -134,10 +173,16 @@ class RealSystemd:
 
     def popen(self, argv: Sequence[str]) -> Following:
         """A command left running inside the namespace, its output read as it comes."""
-        command = ["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", "-r", "-w", *argv]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        command = [*self._nsenter(), *argv]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         return Following(process)
+
+    def popen_to(self, argv: Sequence[str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+        """A command started inside the namespace, its output (stdout and stderr) to `out`."""
+        return subprocess.Popen([*self._nsenter(), *argv], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                                               "LC_ALL": "C.UTF-8", "HOME": "/root"})
 
     def check(self, argv: Sequence[str], **kwargs: object) -> str:
         done = self.run(argv, **kwargs)  # type: ignore[arg-type]
@@ -166,6 +211,9 @@ class RealSystemd:
 
     def shutdown(self) -> None:
         """Power off, then unmount the overlay and its tmpfs: nothing of it stays on this machine."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.join(timeout=BOOT_TIMEOUT_S)
         self._poweroff()
         for mount in (self.root, self.base / "up"):
             subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
@@ -197,13 +245,17 @@ class ServingNode:
                            "--vllm", str(self.venv / "bin" / "vllm"), *extra, timeout=timeout)
 
 
-def prepare_serving_node(systemd: RealSystemd, engine_python: Path, repo: Path, model: Path) -> ServingNode:
+def prepare_serving_node(systemd: RealSystemd, engine_python: Path, repo: Path, model: Path, *,
+                         copy_model: bool = True) -> ServingNode:
     """The service user, this checkout's npuops installed (not editable) into the engine venv, the model copied
-    under /srv: all inside the overlay, none of it on this machine."""
+    under /srv (or, `copy_model=False`, used where it is: it must lie where the sandbox lets the user read it): all
+    inside the overlay, none of it on this machine."""
     venv = engine_python.parent.parent
     systemd.check(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER])
     systemd.check([str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                    "--no-index", str(repo)], timeout=600)
+    if not copy_model:
+        return ServingNode(systemd, venv, model)
     inside = MODELS / model.name
     shutil.copytree(model, systemd.root / inside.relative_to("/"))
     return ServingNode(systemd, venv, inside)
@@ -213,20 +265,24 @@ def prepare_serving_node(systemd: RealSystemd, engine_python: Path, repo: Path, 
 class Following:
     """A command kept running inside the namespace (`npuops logs -f`), read as it prints."""
 
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
 
     def read_until(self, done: Callable[[str], bool], timeout: float) -> str:
         assert self.process.stdout is not None
-        os.set_blocking(self.process.stdout.fileno(), False)
-        text = ""
+        descriptor = self.process.stdout.fileno()
+        os.set_blocking(descriptor, False)
+        data = b""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not done(text):
-            chunk = self.process.stdout.read()
+        while time.monotonic() < deadline and not done(data.decode(errors="replace")):
+            try:
+                chunk = os.read(descriptor, 65536)
+            except BlockingIOError:
+                chunk = b""
             if chunk:
-                text += chunk
+                data += chunk
             else:
                 time.sleep(0.2)
-        return text
+        return data.decode(errors="replace")
 
     def stop(self) -> None:
         self.process.terminate()

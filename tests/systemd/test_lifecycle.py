@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import socket
 import time
 import urllib.request
@@ -165,7 +164,9 @@ def test_logs_follow_streams_the_journal(serving_node: ServingNode, port: int) -
     node = serving_node
     follow = node.systemd.popen([str(node.venv / "bin" / "npuops"), "logs", NAME, "-n", "1", "-f"])
     try:
-        completion(port)  # the engine logs the request while we follow
+        # Following once it has printed its first line: the engine logs the request while we follow.
+        assert follow.read_until(lambda text: bool(text.strip()), timeout=60).strip()
+        completion(port)
         seen = follow.read_until(lambda text: "POST /v1/completions" in text, timeout=60)
     finally:
         follow.stop()
@@ -174,62 +175,82 @@ def test_logs_follow_streams_the_journal(serving_node: ServingNode, port: int) -
 
 def test_an_exec_failure_is_diagnosed_and_the_start_limit_says_how_to_rearm(serving_node: ServingNode,
                                                                            port: int) -> None:
-    """The serving venv's npuops moved under /root after the launch (a venv rebuilt from pyenv): root's gate still
-    runs it, the unit's user cannot (ProtectHome=): 203/EXEC on every start, until the start limit."""
+    """The service user deleted under a stopped instance (a node re-imaged, an over-eager cleanup): systemd cannot
+    even set up the start gate's process (217/USER), and restarts it until the start limit. The supervisor never
+    runs, so the diagnosis is systemd's own, and the start limit says how to re-arm."""
     node = serving_node
     unit = f"npuops-{NAME}.service"
-    npuops = node.venv / "bin" / "npuops"
-    hidden = "/root/npuops-moved"
-    node.systemd.check(["cp", "-p", str(npuops), hidden])
-    node.systemd.check(["ln", "-sf", hidden, str(npuops)])
+    uid = node.systemd.check(["id", "-u", SERVICE_USER]).strip()
+    node.systemd.check(["systemctl", "stop", unit])  # userdel refuses a user whose processes run
+    node.systemd.check(["userdel", SERVICE_USER])
     try:
-        node.systemd.check(["systemctl", "restart", "--no-block", unit])
-        wait_for("the start limit", lambda: node.systemd.unit_property(unit, "Result") == "start-limit-hit", 180,
-                 poll=2)
-        now = status(node)
-        assert now["state"] == "failed"
-        diagnosis = now["diagnosis"]
-        assert diagnosis["id"] == "start-limit" and f"systemctl reset-failed {unit}" in diagnosis["fix"]
-        assert "203/EXEC" in diagnosis["cause"], diagnosis
-        assert now["unit_state"]["exit_status"] == 203
+        node.systemd.check(["systemctl", "start", "--no-block", unit])
+        waiting = wait_for("a failed start", lambda: (s := status(node))["unit_state"]["start_pre_status"] and s,
+                           60, poll=1)
+        assert waiting["diagnosis"]["id"] == "systemd-user" and "217/USER" in waiting["diagnosis"]["cause"]
+        assert "useradd" in waiting["diagnosis"]["fix"]
+        # Restart=on-failure tries again every RestartSec=; the starts of the tests before count towards the
+        # limit (StartLimitBurst=5 in 15 minutes), as on a node.
+        limited = wait_for("the start limit", lambda: (s := status(node))["diagnosis"]["id"] == "start-limit" and s,
+                           180, poll=2)
+        assert limited["state"] == "failed" and limited["unit_state"]["active_state"] == "failed"
+        diagnosis = limited["diagnosis"]
+        assert "217/USER" in diagnosis["cause"] and "useradd" in diagnosis["fix"]
+        assert f"systemctl reset-failed {unit} && systemctl start {unit}" in diagnosis["fix"]
+        text = node.npuops("status", NAME).stdout
+        assert "[start-limit]" in text and "reset-failed" in text, text
     finally:
-        # The script back in place of the symlink (the file in /root is its copy).
-        node.systemd.check(["cp", "-p", "--remove-destination", hidden, str(npuops)])
+        node.systemd.check(["useradd", "--system", "--uid", uid, "--no-create-home", "--shell", "/usr/sbin/nologin",
+                            SERVICE_USER])
+    # Re-armed as the diagnosis says, it serves again.
     node.systemd.check(["systemctl", "reset-failed", unit])
     node.systemd.check(["systemctl", "start", "--no-block", unit])
     wait_for("healthy again", lambda: status(node)["state"] == "healthy", 300, poll=3)
+    assert completion(port)["usage"]["completion_tokens"] == 4
+
+
+OTHER = "sd2"
 
 
 def test_the_start_gate_refuses_a_taken_port_in_the_journal_and_status(serving_node: ServingNode) -> None:
+    """A second instance, launched; stopped; its port taken by someone else; started: the gate refuses. Freed, it
+    starts and serves (the next test needs it)."""
     node = serving_node
-    gated, gated_port = "gated", free_port()
-    done = node.launch(gated, gated_port, "--json")
-    assert done.returncode == 0, done.stderr[-3000:]
-    unit = f"npuops-{gated}.service"
+    other_port = free_port()
+    done = node.launch(OTHER, other_port, "--json")
+    assert done.returncode == 0 and _json(done)["ok"], done.stderr[-3000:]
+    unit = f"npuops-{OTHER}.service"
     node.systemd.check(["systemctl", "stop", unit])
     blocker = socket.socket()
-    blocker.bind(("127.0.0.1", gated_port))
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the stopped engine's socket may linger
+    blocker.bind(("127.0.0.1", other_port))
     blocker.listen()
     try:
         node.systemd.check(["systemctl", "start", "--no-block", unit])
-        refused = wait_for("the gate's refusal", lambda: (s := status(node, gated))["diagnosis"] and s, 120, poll=2)
+        refused = wait_for("the gate's refusal", lambda: (s := status(node, OTHER))["diagnosis"] and s, 120, poll=2)
         assert refused["diagnosis"]["id"] == "gate:port-free" and "--port" in refused["diagnosis"]["fix"]
         journal = node.systemd.check(["journalctl", "--unit", unit, "--no-pager", "--output", "cat"])
         assert "refused [port-free]" in journal and "fix:" in journal, journal[-2000:]
+        assert node.npuops("status", OTHER).stdout.count("port-free") >= 1
     finally:
         blocker.close()
-        node.systemd.run(["systemctl", "stop", unit])
-        node.npuops("stop", gated)
+    node.systemd.check(["systemctl", "stop", unit])
+    node.systemd.check(["systemctl", "start", "--no-block", unit])
+    wait_for(f"{OTHER} healthy", lambda: status(node, OTHER)["state"] == "healthy", 300, poll=3)
+    assert completion(other_port)["usage"]["completion_tokens"] == 4
 
 
 def test_stop_ends_the_engine_cleanly_while_another_instance_serves(serving_node: ServingNode, port: int) -> None:
     node = serving_node
-    other, other_port = "sd2", free_port()
-    done = node.launch(other, other_port, "--json")
-    assert done.returncode == 0 and _json(done)["ok"], done.stderr[-3000:]
+    other_port = int(status(node, OTHER)["url"].rsplit(":", 1)[1])
     unit = f"npuops-{NAME}.service"
     cgroup = node.systemd.unit_property(unit, "ControlGroup")
+    # The unit's cgroup as this machine mounts the hierarchy systemd uses (unified, or the hybrid's named one).
+    candidates = (f"/sys/fs/cgroup{cgroup}/cgroup.procs", f"/sys/fs/cgroup/unified{cgroup}/cgroup.procs",
+                  f"/sys/fs/cgroup/systemd{cgroup}/cgroup.procs")
+    procs = next(p for p in candidates if node.systemd.run(["cat", p]).stdout.strip())  # cgroupfs sizes are 0
     engine = engine_pid(node)
+    assert str(engine) in node.systemd.check(["cat", procs]).split()
     stopped = _json(node.npuops("stop", NAME, "--json"))
     assert stopped["ok"]
     assert node.systemd.unit_property(unit, "ActiveState") == "inactive"
@@ -237,19 +258,19 @@ def test_stop_ends_the_engine_cleanly_while_another_instance_serves(serving_node
     state = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json").read_text())
     assert state["exit"]["reason"] == "stopped" and state["exit"]["engine_returncode"] == 0, state["exit"]
     # Nothing of the unit's cgroup is left: no process of it runs.
-    leftovers = node.systemd.run(["cat", f"/sys/fs/cgroup{cgroup}/cgroup.procs"])
+    leftovers = node.systemd.run(["cat", procs])
     assert leftovers.returncode != 0 or not leftovers.stdout.strip(), leftovers.stdout
     assert node.systemd.run(["kill", "-0", str(engine)]).returncode != 0
     # The other instance kept serving throughout.
     assert completion(other_port)["usage"]["completion_tokens"] == 4
-    assert status(node, other)["state"] == "healthy"
+    assert status(node, OTHER)["state"] == "healthy"
 
 
 def test_a_reboot_brings_enabled_instances_back(serving_node: ServingNode, port: int) -> None:
     """The node's systemd restarted (the namespace powered off and booted again over the same disk): both
     instances are enabled (`npuops stop` leaves them so), so both start at boot and serve without anyone asking."""
     node = serving_node
-    other = "sd2"
+    other = OTHER
     other_port = int(status(node, other)["url"].rsplit(":", 1)[1])
     boots = node.systemd.boots
     node.systemd.reboot()

@@ -1,0 +1,147 @@
+"""Multi-node serving with each host's units under its own real systemd: two SSH test hosts whose init is systemd
+(tests/support/systemd_host.py, on a bridge of their own), `npuops launch -i INVENTORY --group fleet` with vLLM's
+native data parallel (the leader with the API server on the first host, a `--headless` follower on the second).
+launch-group.yml installs and starts each host's hardened unit with the host's real systemctl; the engines run as
+the unprivileged `npuops` user under the sandbox, talk to each other across the bridge, and serve; group status
+and logs read each host's systemd and journal; the follower's unit stopped is named; the group stop ends both.
+
+As a provisioned node has them, each host gets the service user and this checkout's npuops installed into the
+engine venv (under /opt, from the system python), inside its own overlay; the model lies under /srv (of this
+machine, where the controller plans from it; the hosts see it through their overlays).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.engine import engine_python_or_skip, make_model
+from tests.support.paths import REPO
+from tests.support.systemd import SERVICE_USER, unavailable_reason
+from tests.support.systemd_host import SystemdFleet
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
+
+NAME = "dp"
+PLAN_FLAGS = ("--hardware", "cpu", "--multinode", "dp", "--dtype", "float32", "--max-model-len", "512",
+              "--input-len", "256", "--output-len", "64", "--enforce-eager",
+              "--kv-cache-memory-bytes", str(256 * 2**20))
+COMPLETION = r"""
+import json, sys, urllib.request
+request = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
+    data=json.dumps({"model": sys.argv[2], "prompt": "The capital of", "max_tokens": 8, "temperature": 0}).encode(),
+    headers={"Content-Type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+with opener.open(request, timeout=120) as answer:
+    print(json.loads(answer.read())["usage"]["completion_tokens"])
+"""
+
+
+def npuops(*args: str, timeout: float = 300) -> tuple[int, str, str]:
+    done = subprocess.run([sys.executable, "-m", "npuops", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[Path]:
+    """The tiny model where the controller plans from it and every host's unit can read it: under /srv of this
+    machine (the hosts' overlays show it), removed afterwards."""
+    engine_python = engine_python_or_skip()
+    where = Path(tempfile.mkdtemp(prefix="npuops-test-", dir="/srv"))
+    try:
+        where.chmod(0o755)
+        yield make_model(engine_python, where / "tiny-llama")
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SystemdFleet]:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    engine_python = engine_python_or_skip()
+    hosts = SystemdFleet(tmp_path_factory.mktemp("systemd-fleet"), size=2).start()
+    try:
+        for host in hosts.hosts:
+            host.systemd.check(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                                SERVICE_USER])
+            host.systemd.check([str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps",
+                                "--no-build-isolation", "--no-index", str(REPO)], timeout=600)
+        yield hosts
+    finally:
+        hosts.close()
+
+
+def npuops_status(inventory: Path, artifacts: Path, name: str = NAME) -> tuple[int, dict[str, Any]]:
+    rc, out, err = npuops("status", name, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
+                          "--json")
+    assert out.strip(), err
+    return rc, json.loads(out)
+
+
+def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: SystemdFleet, model: Path,
+                                                                        tmp_path: Path) -> None:
+    engine_python = engine_python_or_skip()
+    venv = engine_python.parent.parent
+    leader, follower = fleet.hosts
+    inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
+    artifacts = tmp_path / "artifacts"
+    rc, out, err = npuops("launch", str(model), *PLAN_FLAGS, "--name", NAME, "-i", str(inventory), "--group",
+                          "fleet", "--vllm", str(venv / "bin" / "vllm"), "--artifacts", str(artifacts), "--json",
+                          timeout=900)
+    try:
+        assert out.strip(), err[-3000:]
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert {h: report["hosts"][h]["role"] for h in (leader.name, follower.name)} == {
+            leader.name: "leader", follower.name: "follower"}
+        unit = f"npuops-{NAME}.service"
+        for host in fleet.hosts:
+            # Each host's own systemd runs the hardened unit as the service user.
+            assert host.systemd.unit_property(unit, "ActiveState") == "active"
+            assert host.systemd.unit_property(unit, "User") == SERVICE_USER
+            pid = host.systemd.unit_property(unit, "MainPID")
+            uid = host.systemd.check(["id", "-u", SERVICE_USER]).strip()
+            assert f"Uid:\t{uid}\t" in host.systemd.check(["cat", f"/proc/{pid}/status"])
+        endpoint = report["endpoint"]
+        for _ in range(4):  # the leader spreads requests over both engines
+            done = leader.systemd.run([str(engine_python), "-c", COMPLETION, endpoint["url"], endpoint["model"]],
+                                      timeout=180)
+            assert done.returncode == 0 and done.stdout.strip() == "8", done
+        rc, view = npuops_status(inventory, artifacts)
+        assert rc == 0 and view["ok"], view
+        part = view["hosts"][follower.name]["instance"]
+        assert part["role"] == "headless" and part["state"] == "healthy", part
+        assert part["unit_state"]["active_state"] == "active" and part["unit_state"]["main_pid"], part
+        # Every host's journal, in one call.
+        rc, out, err = npuops("logs", NAME, "-i", str(inventory), "--group", "fleet", "-n", "200", "--artifacts",
+                              str(artifacts), "--json")
+        logs = json.loads(out)
+        assert rc == 0 and logs["ok"], (logs, err)
+        for host in fleet.hosts:
+            lines = "\n".join(logs["hosts"][host.name]["answer"]["lines"])
+            assert f"npuops[{NAME}]: started the engine" in lines, lines[-2000:]
+
+        # The follower's unit stopped by its systemd: its part is down and named, the leader still answers.
+        follower.systemd.check(["systemctl", "stop", unit], timeout=120)
+        rc, view = npuops_status(inventory, artifacts)
+        assert rc == 1 and view["down"] == [follower.name], view
+        assert view["endpoint"]["healthy"] is True, view
+    finally:
+        rc, out, err = npuops("stop", NAME, "-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts),
+                              "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
+    for host in fleet.hosts:
+        assert host.systemd.unit_property(f"npuops-{NAME}.service", "ActiveState") in ("inactive", "failed")
+
