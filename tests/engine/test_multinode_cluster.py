@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from npuops.instance.ray import RAY_NODES_SCRIPT
+from tests.support.engine import COMPLETION_SCRIPT
 from tests.support.ssh_hosts import TestFleet
 from tests.support.workspace import wait_for
 
@@ -58,16 +59,7 @@ def active_ray_nodes(ray_status_output: str) -> int:
     return sum(1 for line in section.splitlines() if line.strip().startswith("1 node_"))
 
 
-COMPLETION_SCRIPT = r"""
-import json, sys, urllib.request
-request = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
-    data=json.dumps({"model": sys.argv[2], "prompt": "The capital of", "max_tokens": 8, "temperature": 0}).encode(),
-    headers={"Content-Type": "application/json"})
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-with opener.open(request, timeout=120) as answer:
-    body = json.loads(answer.read())
-print(json.dumps({"tokens": body["usage"]["completion_tokens"], "text": body["choices"][0]["text"]}))
-"""
+
 
 
 def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, engine_python: Path,

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.engine import engine_python_or_skip
 from tests.support.npuops_cli import npuops, package_dir
+from tests.support.paths import REPO
 from tests.support.provision_target import CANN, NOT_PYTHON
-from tests.support.systemd import unavailable_reason
+from tests.support.systemd import install_npuops, unavailable_reason
 from tests.support.systemd_host import SystemdFleet, SystemdSshHost
 from tests.support.vendor_installers import build_package_set, makeself_available
 
-pytestmark = [pytest.mark.slow, pytest.mark.systemd]
-
-NPUOPS = Path(sys.executable).parent / "npuops"
+pytestmark = [pytest.mark.slow, pytest.mark.systemd, pytest.mark.engine]
 
 
 @pytest.fixture
@@ -37,8 +36,12 @@ def fleet(tmp_path: Path) -> Iterator[SystemdFleet]:
         if os.environ.get("NPUOPS_REQUIRE_SYSTEMD") == "1":
             pytest.fail(f"NPUOPS_REQUIRE_SYSTEMD=1 but {reason}", pytrace=False)
         pytest.skip(reason)
+    engine_python = engine_python_or_skip()
     booted = SystemdFleet(tmp_path / "fleet").start()
     try:
+        # The doctor the verify role runs on the host: npuops in the serving venv (under /opt), as provisioning's
+        # python role leaves it; the host's /tmp is its own, so this checkout's venv may not be there.
+        install_npuops(booted.hosts[0].systemd, engine_python, REPO)
         yield booted
     finally:
         booted.close()
@@ -65,7 +68,8 @@ def test_allow_reboot_reboots_the_host_and_the_same_run_converges(fleet: Systemd
     inventory = fleet.inventory(tmp_path / "inventory.yml", {
         "npuops_installer_environment": {"NPUOPS_TEST_ALLOW_REAL_PATHS": "1"},
         "npuops_kernel_build_dir": "/srv/kbuild", "npuops_dkms_path": "/srv/dkms", "npuops_min_free_gb": 1,
-        "npuops_sysctl_apply": False, "npuops_tune_governor": False, "npuops_doctor_command": str(NPUOPS),
+        "npuops_sysctl_apply": False, "npuops_tune_governor": False,
+        "npuops_doctor_command": str(engine_python_or_skip().parent / "npuops"),
         "npuops_reboot_timeout_s": 300,
     })
     boot_before, boots_before = host.boot_id(), host.systemd.boots

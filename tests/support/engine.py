@@ -335,3 +335,16 @@ def engine_python_or_skip() -> Path:
         # Set but wrong is always an error: someone asked for the engine tests.
         pytest.fail(f"{ENGINE_PYTHON_ENV}={value} is not an executable file", pytrace=False)
     return python
+
+
+# A greedy completion of 8 tokens from inside a test host (argv: base URL, model); prints its tokens and text.
+COMPLETION_SCRIPT = r"""
+import json, sys, urllib.request
+request = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
+    data=json.dumps({"model": sys.argv[2], "prompt": "The capital of", "max_tokens": 8, "temperature": 0}).encode(),
+    headers={"Content-Type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+with opener.open(request, timeout=120) as answer:
+    body = json.loads(answer.read())
+print(json.dumps({"tokens": body["usage"]["completion_tokens"], "text": body["choices"][0]["text"]}))
+"""

@@ -245,6 +245,22 @@ class ServingNode:
                            "--vllm", str(self.venv / "bin" / "vllm"), *extra, timeout=timeout)
 
 
+# Inside the namespace: where this checkout's source is copied to be installed (its own /tmp is a fresh tmpfs,
+# so a checkout under /tmp, as CI's clone may be, is not there).
+SOURCE_COPY = Path("/srv/npuops-test/src")
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".mypy_cache",
+                                     ".ruff_cache", ".pytest_cache")
+
+
+def install_npuops(systemd: RealSystemd, engine_python: Path, repo: Path) -> None:
+    """This checkout's npuops installed (not editable) into the engine venv inside the overlay, from a copy of its
+    source there: as a provisioned node has npuops in its serving venv."""
+    target = systemd.root / SOURCE_COPY.relative_to("/")
+    shutil.copytree(repo, target, ignore=_NOT_SOURCE, dirs_exist_ok=True)
+    systemd.check([str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                   "--no-index", str(SOURCE_COPY)], timeout=600)
+
+
 def prepare_serving_node(systemd: RealSystemd, engine_python: Path, repo: Path, model: Path, *,
                          copy_model: bool = True) -> ServingNode:
     """The service user, this checkout's npuops installed (not editable) into the engine venv, the model copied
@@ -252,8 +268,7 @@ def prepare_serving_node(systemd: RealSystemd, engine_python: Path, repo: Path, 
     inside the overlay, none of it on this machine."""
     venv = engine_python.parent.parent
     systemd.check(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER])
-    systemd.check([str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                   "--no-index", str(repo)], timeout=600)
+    install_npuops(systemd, engine_python, repo)
     if not copy_model:
         return ServingNode(systemd, venv, model)
     inside = MODELS / model.name

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.engine import engine_python_or_skip, make_model
+from tests.support.engine import COMPLETION_SCRIPT, engine_python_or_skip, make_model
 from tests.support.paths import REPO
-from tests.support.systemd import SERVICE_USER, unavailable_reason
+from tests.support.systemd import SERVICE_USER, install_npuops, unavailable_reason
 from tests.support.systemd_host import SystemdFleet
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
@@ -34,15 +34,6 @@ NAME = "dp"
 PLAN_FLAGS = ("--hardware", "cpu", "--multinode", "dp", "--dtype", "float32", "--max-model-len", "512",
               "--input-len", "256", "--output-len", "64", "--enforce-eager",
               "--kv-cache-memory-bytes", str(256 * 2**20))
-COMPLETION = r"""
-import json, sys, urllib.request
-request = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
-    data=json.dumps({"model": sys.argv[2], "prompt": "The capital of", "max_tokens": 8, "temperature": 0}).encode(),
-    headers={"Content-Type": "application/json"})
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-with opener.open(request, timeout=120) as answer:
-    print(json.loads(answer.read())["usage"]["completion_tokens"])
-"""
 
 
 def npuops(*args: str, timeout: float = 300) -> tuple[int, str, str]:
@@ -75,8 +66,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SystemdFleet]:
         for host in hosts.hosts:
             host.systemd.check(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
                                 SERVICE_USER])
-            host.systemd.check([str(engine_python), "-m", "pip", "install", "--quiet", "--no-deps",
-                                "--no-build-isolation", "--no-index", str(REPO)], timeout=600)
+            install_npuops(host.systemd, engine_python, REPO)
         yield hosts
     finally:
         hosts.close()
@@ -115,9 +105,9 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
             assert f"Uid:\t{uid}\t" in host.systemd.check(["cat", f"/proc/{pid}/status"])
         endpoint = report["endpoint"]
         for _ in range(4):  # the leader spreads requests over both engines
-            done = leader.systemd.run([str(engine_python), "-c", COMPLETION, endpoint["url"], endpoint["model"]],
-                                      timeout=180)
-            assert done.returncode == 0 and done.stdout.strip() == "8", done
+            done = leader.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
+                                       endpoint["model"]], timeout=180)
+            assert done.returncode == 0 and json.loads(done.stdout)["tokens"] == 8, done
         rc, view = npuops_status(inventory, artifacts)
         assert rc == 0 and view["ok"], view
         part = view["hosts"][follower.name]["instance"]
