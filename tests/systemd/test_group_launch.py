@@ -113,8 +113,8 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
         part = view["hosts"][follower.name]["instance"]
         assert part["role"] == "headless" and part["state"] == "healthy", part
         assert part["unit_state"]["active_state"] == "active" and part["unit_state"]["main_pid"], part
-        # Every host's journal, in one call.
-        rc, out, err = npuops("logs", NAME, "-i", str(inventory), "--group", "fleet", "-n", "200", "--artifacts",
+        # Every host's journal, in one call (enough lines to reach back past the API servers' route listing).
+        rc, out, err = npuops("logs", NAME, "-i", str(inventory), "--group", "fleet", "-n", "3000", "--artifacts",
                               str(artifacts), "--json")
         logs = json.loads(out)
         assert rc == 0 and logs["ok"], (logs, err)
