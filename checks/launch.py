@@ -58,7 +58,7 @@ def service_identity(record: InstanceRecord, ctx: CheckContext) -> ServiceIdenti
     unit's sandbox applies when real systemd runs the node (not docker-systemctl-replacement)."""
     if record.service_user is None:
         return None
-    return ServiceIdentity.of(record.service_user, ("HwHiAiUser",) if record.devices else (),
+    return ServiceIdentity.of(record.service_user, record.supplementary_groups,
                               sandboxed=systemd_booted(ctx.settings))
 
 

@@ -37,6 +37,8 @@ def validate_instance_name(name: str) -> str:
     return name
 
 
+# The group of the Ascend device nodes (the driver installer creates it); NPU units run with it.
+NPU_GROUP = "HwHiAiUser"
 RECORD_FILE = "instance.json"
 STATUS_FILE = "supervisor.json"
 ENGINE_LOG_FILE = "engine.log"
@@ -125,6 +127,11 @@ class InstanceRecord:
         if self.runs_engine:
             units.append(self.unit)
         return units
+
+    @property
+    def supplementary_groups(self) -> tuple[str, ...]:
+        """The unit's SupplementaryGroups=: the NPU device nodes' group for an instance with chips."""
+        return (NPU_GROUP,) if self.devices else ()
 
     @property
     def engine_argv(self) -> list[str]:

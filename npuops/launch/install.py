@@ -18,7 +18,7 @@ from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import InstanceRecord, read_status
 from npuops.instance.state import Stage, SupervisorState
-from npuops.launch.instance_files import NPU_GROUP, InstanceFiles, write_instance_files
+from npuops.launch.instance_files import InstanceFiles, write_instance_files
 
 _WILDCARDS = ("0.0.0.0", "::", "", "*")  # noqa: S104 - comparing bind addresses, not binding
 
@@ -80,7 +80,7 @@ def check_service_access(records: Sequence[InstanceRecord], user: str, superviso
     npuops.instance.access). `real_systemd`: False under docker-systemctl-replacement, which applies neither the
     sandbox nor SupplementaryGroups=."""
     for record in records:
-        groups = (NPU_GROUP,) if record.devices else ()
+        groups = record.supplementary_groups
         if real_systemd:
             check_groups_exist(record, groups)
         identity = ServiceIdentity.of(user, groups, sandboxed=real_systemd)

@@ -35,7 +35,6 @@ from npuops.settings import DEFAULT_VENV
 
 SERVICE_USER = "npuops"
 # The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
-NPU_GROUP = "HwHiAiUser"
 # Weight loading reads at a few hundred MB/s from local disk on Atlas servers; graph capture adds minutes.
 _LOAD_BYTES_PER_S = 200 * 1024 * 1024
 _BASE_START_S = 300
@@ -196,7 +195,7 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
         "served_model_name": record.served_model_name,
         "service_user": spec.service_user,
         "service_group": spec.service_user,
-        "supplementary_groups": [NPU_GROUP] if record.devices else [],
+        "supplementary_groups": list(record.supplementary_groups),
         "env_file": record.env_file,
         "working_directory": data_dir,
         # The gate runs with full privileges ("+"): npu-smi and the process table need them; it only reads.

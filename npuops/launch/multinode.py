@@ -23,9 +23,15 @@ from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.instance.membership import ClusterMembership, ClusterNode
-from npuops.instance.record import RECORD_FILE, ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, InstanceRecord
-from npuops.launch.instance_files import (
+from npuops.instance.record import (
     NPU_GROUP,
+    RECORD_FILE,
+    ROLE_ENGINE,
+    ROLE_HEADLESS,
+    ROLE_RAY_WORKER,
+    InstanceRecord,
+)
+from npuops.launch.instance_files import (
     InstanceExtras,
     LaunchSpec,
     device_allow,
