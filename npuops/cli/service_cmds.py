@@ -92,6 +92,7 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
     settings = load_context_settings(ctx)
     manager = _manager(settings)
     statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in list_records(settings.state_dir)]
+    # A replica behind a router is listed too (with its internal URL): `list` is every unit npuops put here.
     if as_json:
         click.echo(json.dumps({"ok": True, "instances": [
             {"name": r.name, "state": s.state, "url": s.url, "model": r.served_model_name,
@@ -151,15 +152,17 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
 @click.argument("name")
 @click.option("-n", "--lines", type=click.IntRange(1), default=100, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("--part", metavar="PART", help="Of a model behind a router: `router`, or a replica `r0`, `r1`, ... "
+              "[default: every part, interleaved].")
 @click.option("--json", "as_json", is_flag=True, help="The last lines as one JSON document (no --follow).")
 @group_options
 @click.pass_context
-def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bool, inventory: Path | None,
-         group: str | None, forks: int, artifacts: Path | None) -> None:
+def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, part: str | None, as_json: bool,
+         inventory: Path | None, group: str | None, forks: int, artifacts: Path | None) -> None:
     """The engine's and supervisor's log of instance NAME (the journal; engine.log for foreground runs).
 
     With -i INVENTORY --group GROUP: the last lines of every host's units (no --follow)."""
-    from npuops.instance.control import recent_logs
+    from npuops.instance.control import recent_logs, select_part
     from npuops.instance.record import MANAGER_SYSTEMD, load_record
 
     if as_json and follow:
@@ -190,16 +193,19 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, as_json: bo
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
     settings = load_context_settings(ctx)
-    record = load_record(settings.state_dir, name)
+    records = select_part(load_record(settings.state_dir, name), part)
+    record = records[0]
     if as_json:
-        logs = recent_logs(record, _manager(settings), lines)
+        logs: dict[str, list[str]] = {}
+        for each in records:
+            logs.update(recent_logs(each, _manager(settings), lines))
         if record.manager == MANAGER_SYSTEMD:
             click.echo(json.dumps({"name": name, "lines": logs.get(record.unit, []), "units": logs}))
         else:
             click.echo(json.dumps({"name": name, "lines": logs[str(record.engine_log)]}))
         return
     if record.manager == MANAGER_SYSTEMD:
-        argv = _manager(settings).log_command(record.unit, lines, follow)
+        argv = _manager(settings).log_command(record.unit, lines, follow, *(r.unit for r in records[1:]))
         sys.stdout.flush()
         try:
             os.execvp(argv[0], argv)  # noqa: S606 - an argument list, no shell

@@ -8,10 +8,10 @@ import signal
 import socket
 import time
 
-from npuops.errors import UsageError
+from npuops.errors import BadInputError, ConfigError, UsageError
 from npuops.httpclient import client_host
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, read_status
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, load_record, read_status
 
 
 def port_taken(host: str, port: int) -> bool:
@@ -54,9 +54,29 @@ def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
     return not pid_alive(pid)
 
 
+def parts_of(record: InstanceRecord) -> list[InstanceRecord]:
+    """A router's replicas on this host, by their records (a replica whose record is gone is left out)."""
+    out = []
+    for name in record.replicas:
+        try:
+            out.append(load_record(record.directory.parent, name))
+        except (BadInputError, ConfigError):
+            continue
+    return out
+
+
 def stop_instance(record: InstanceRecord, manager: SystemdManager) -> bool:
-    """Stop every part of the instance on this host, the engine before its Ray node (the start order reversed);
-    True once nothing of it runs. A foreground run is stopped through its supervisor."""
+    """Stop every part of the instance on this host, the engine before its Ray node, a router before the replicas
+    behind it (the start order reversed); True once nothing of it runs. A foreground run is stopped through its
+    supervisor."""
+    if record.is_router:
+        # The endpoint first: no request is sent to a replica that is stopping.
+        stopped = _stop_units(record, manager)
+        return all([stopped, *(stop_instance(part, manager) for part in parts_of(record))])
+    return _stop_units(record, manager)
+
+
+def _stop_units(record: InstanceRecord, manager: SystemdManager) -> bool:
     if record.manager != MANAGER_SYSTEMD:
         return stop_foreground(record, record.stop_timeout_s + 10)
     reason = manager.unavailable_reason()
@@ -77,3 +97,21 @@ def recent_logs(record: InstanceRecord, manager: SystemdManager, lines: int) -> 
     except FileNotFoundError:
         text = []
     return {str(record.engine_log): text}
+
+
+def select_part(record: InstanceRecord, part: str | None) -> list[InstanceRecord]:
+    """The records `logs --part` reads: a router's own ("router"), one replica's ("r0", "r1", ...), or, without
+    --part, the instance itself and (for a router) every replica behind it."""
+    parts = parts_of(record) if record.is_router else []
+    if part is None:
+        return [record, *parts]
+    if not record.is_router:
+        raise BadInputError(f"{record.name} has no parts: it is one engine, not a router in front of replicas",
+                            "drop --part")
+    if part == "router":
+        return [record]
+    for replica in parts:
+        if replica.name == f"{record.name}-{part}":
+            return [replica]
+    names = ", ".join(["router", *(p.name.removeprefix(record.name + "-") for p in parts)])
+    raise BadInputError(f"{record.name} has no part {part!r}", f"use --part with one of {names}")

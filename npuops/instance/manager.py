@@ -154,11 +154,13 @@ class SystemdManager:
         result = self._run(*args)
         return parse_show(result.stdout if result.returncode == 0 else "")
 
-    def log_command(self, unit: str, lines: int, follow: bool) -> list[str]:
+    def log_command(self, unit: str, lines: int, follow: bool, *more_units: str) -> list[str]:
+        """The journal of `unit` (and `more_units`, interleaved, each line with its unit's name)."""
         if self.is_replacement:
             return [*self.systemctl, "log", unit, "-n", str(lines), *(["-f"] if follow else ["--no-pager"])]
-        return ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat",
-                *(["--follow"] if follow else [])]
+        units = [arg for u in (unit, *more_units) for arg in ("--unit", u)]
+        return ["journalctl", *units, "--lines", str(lines), "--no-pager",
+                "--output", "short-iso" if more_units else "cat", *(["--follow"] if follow else [])]
 
     def recent_log(self, unit: str, lines: int = 40) -> list[str]:
         argv = self.log_command(unit, lines, follow=False)

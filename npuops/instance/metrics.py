@@ -91,3 +91,25 @@ def engine_figures(now: Sequence[Sample], before: Sequence[Sample] | None = None
             latest, earlier = _sum(now, family), _sum(before, family)
             figures[key] = (latest - earlier) / interval_s if latest is not None and earlier is not None else None
     return figures
+
+
+def _by_worker(samples: Sequence[Sample], name: str) -> dict[str, float]:
+    return {s.labels["worker"]: s.value for s in samples if s.name == name and "worker" in s.labels}
+
+
+def router_figures(samples: Sequence[Sample]) -> dict[str, Any]:
+    """vllm-router's figures from its Prometheus port: requests and errors in all, and per replica URL whether its
+    health checks pass, how many requests it was sent and whether its circuit breaker is open (a replica whose
+    requests failed, kept out for a while). Names as vllm-router 0.1.17 exports them
+    (tests/fixtures/router/metrics.txt)."""
+    health = _by_worker(samples, "vllm_router_worker_health")
+    processed = _by_worker(samples, "vllm_router_processed_requests_total")
+    circuit = _by_worker(samples, "vllm_router_cb_state")
+    workers = {url: {"healthy": health[url] >= 1 if url in health else None,
+                     "requests": processed.get(url),
+                     "circuit_open": circuit[url] == 1 if url in circuit else None}
+               for url in sorted(set(health) | set(processed) | set(circuit))}
+    return {"requests_total": _sum(samples, "vllm_router_requests_total"),
+            "errors_total": _sum(samples, "vllm_router_request_errors_total"),
+            "active_workers": _sum(samples, "vllm_router_active_workers"),
+            "workers": workers}

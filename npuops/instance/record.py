@@ -49,10 +49,15 @@ MANAGER_FOREGROUND = "foreground"
 # What an instance runs on its host. A single-node instance, a Ray head and a data-parallel leader are
 # "engine": vllm serve with its API. A data-parallel follower is "headless": engine ranks without an API.
 # A Ray worker host runs only Ray ("ray-worker"): its unit is the Ray node, the head's engine drives it.
+# A model with several replicas has one "router" (vllm-router on the instance's address) in front of them.
 ROLE_ENGINE = "engine"
 ROLE_HEADLESS = "headless"
 ROLE_RAY_WORKER = "ray-worker"
-ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER)
+ROLE_ROUTER = "router"
+ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ROLE_ROUTER)
+# The router's command line (vllm-router's options, no secret) beside its record, instead of a vllm.yaml.
+ROUTER_CONFIG_FILE = "router.json"
+ROUTER_UNIT_SUFFIX = "-router"
 @dataclass(frozen=True)
 class InstanceRecord:
     name: str
@@ -83,6 +88,13 @@ class InstanceRecord:
     service_user: str | None = None
     # The npuops the unit runs, its supervisor and start gate (ExecStart=, ExecStartPre=); () for a foreground run.
     supervisor_command: tuple[str, ...] = ()
+    # A router: the replicas it fronts on this host (their instance names), the URLs of all it fronts, and the
+    # port of its Prometheus metrics (on 127.0.0.1).
+    replicas: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ()
+    metrics_port: int | None = None
+    # A replica behind a router: the router instance's name (its endpoint is the model's).
+    behind: str | None = None
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -92,7 +104,11 @@ class InstanceRecord:
 
     @property
     def config_file(self) -> Path:
-        return self.directory / CONFIG_FILE
+        return self.directory / (ROUTER_CONFIG_FILE if self.is_router else CONFIG_FILE)
+
+    @property
+    def is_router(self) -> bool:
+        return self.role == ROLE_ROUTER
 
     @property
     def env_file(self) -> Path:
@@ -104,8 +120,8 @@ class InstanceRecord:
 
     @property
     def serves_api(self) -> bool:
-        """Whether this host's part answers HTTP (/health, /v1): single instances, Ray heads, DP leaders."""
-        return self.role == ROLE_ENGINE
+        """Whether this host's part answers HTTP (/health, /v1): single instances, Ray heads, DP leaders, routers."""
+        return self.role in (ROLE_ENGINE, ROLE_ROUTER)
 
     @property
     def runs_engine(self) -> bool:
@@ -124,7 +140,7 @@ class InstanceRecord:
     def units(self) -> list[str]:
         """This host's units of the instance, in start order (Ray before the engine)."""
         units = [self.ray_unit] if self.ray_unit else []
-        if self.runs_engine:
+        if self.runs_engine or self.is_router:
             units.append(self.unit)
         return units
 
@@ -135,6 +151,10 @@ class InstanceRecord:
 
     @property
     def engine_argv(self) -> list[str]:
+        """What the supervisor runs: `vllm serve MODEL --config vllm.yaml`, or for a router npuops' router process
+        over its router.json (it reads the API key from its environment: nothing secret on a command line)."""
+        if self.is_router:
+            return [*self.vllm_command, str(self.config_file)]
         return [*self.vllm_command, self.model_path, "--config", str(self.config_file)]
 
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +162,8 @@ class InstanceRecord:
         data["devices"] = list(self.devices)
         data["vllm_command"] = list(self.vllm_command)
         data["supervisor_command"] = list(self.supervisor_command)
+        data["replicas"] = list(self.replicas)
+        data["backends"] = list(self.backends)
         data["cluster"] = self.cluster.to_json() if self.cluster is not None else {}
         return data
 
@@ -150,13 +172,16 @@ class InstanceRecord:
         known = {f.name for f in fields(cls)}
         try:
             values = {k: v for k, v in data.items() if k in known}
-            for key in ("devices", "vllm_command", "supervisor_command"):
+            for key in ("devices", "vllm_command", "supervisor_command", "replicas", "backends"):
                 if not isinstance(values.get(key, []), list):
                     raise TypeError(f"{key} must be a list")
             values["devices"] = tuple(int(d) for d in values.get("devices", ()))
             values["vllm_command"] = tuple(str(a) for a in values["vllm_command"])
-            values["supervisor_command"] = tuple(str(a) for a in values.get("supervisor_command", ()))
+            for key in ("supervisor_command", "replicas", "backends"):
+                values[key] = tuple(str(a) for a in values.get(key, ()))
             values["port"] = int(values["port"])
+            if values.get("metrics_port") is not None:
+                values["metrics_port"] = int(values["metrics_port"])
             if values.get("role", ROLE_ENGINE) not in ROLES:
                 raise ValueError(f"role {values['role']!r} is not one of {', '.join(ROLES)}")
             cluster = values.get("cluster", {})

@@ -13,14 +13,21 @@ from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.httpclient import base_url, http_request
-from npuops.instance.control import pid_alive
+from npuops.instance.control import parts_of, pid_alive
 from npuops.instance.endpoint import health_ok
 from npuops.instance.exit_statuses import unit_diagnosis
 from npuops.instance.manager import SystemdManager, UnitState
 from npuops.instance.membership import ClusterNode
-from npuops.instance.metrics import engine_figures, parse_prometheus
+from npuops.instance.metrics import engine_figures, parse_prometheus, router_figures
 from npuops.instance.ray import RayState, probe_ray_cluster
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, load_record, read_status
+from npuops.instance.record import (
+    MANAGER_SYSTEMD,
+    ROLE_ROUTER,
+    InstanceRecord,
+    list_records,
+    load_record,
+    read_status,
+)
 from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
 
@@ -85,7 +92,10 @@ class InstanceStatus:
     diagnosis: Diagnosis | None = None
     exit: SupervisorExit | None = None  # its summary: code, reason, engine status, time (the diagnosis is apart)
     cluster: ClusterStatus | None = None
-    role: str | None = None  # with a cluster: engine, headless, ray-worker
+    role: str | None = None  # with a cluster: engine, headless, ray-worker; "router" for a router
+    # A router: the replicas behind it (each one's own status) and the router's Prometheus port.
+    parts: tuple[InstanceStatus, ...] = ()
+    metrics_port: int | None = None
     # How the run before the current one ended: why the unit was restarted (a crash, a hang, ...).
     previous_exit: SupervisorExit | None = None
 
@@ -106,6 +116,10 @@ class InstanceStatus:
         if self.cluster is not None:
             data["cluster"] = self.cluster.to_json()
             data["role"] = self.role
+        if self.role == ROLE_ROUTER:
+            data["role"] = self.role
+            data["metrics_port"] = self.metrics_port
+            data["parts"] = [p.to_json() for p in self.parts]
         data["state"] = self.state
         return data
 
@@ -128,6 +142,8 @@ class InstanceStatus:
             cluster=ClusterStatus.from_json(cluster) if cluster is not None else None,
             role=status.opt_text("role"),
             previous_exit=SupervisorExit.from_json(previous) if previous is not None else None,
+            parts=tuple(cls.from_json(p.data) for p in status.objects("parts")),
+            metrics_port=status.opt_integer("metrics_port"),
         )
 
 
@@ -190,7 +206,9 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
     if healthy and supervisor is not None and supervisor.healthy_at is not None and done is None:
         uptime = round(time.time() - supervisor.healthy_at, 1)
     metrics = None
-    if healthy and record.serves_api:
+    if healthy and record.is_router:
+        metrics = _router_metrics(record)
+    elif healthy and record.serves_api:
         first = http_request(url + "/metrics", timeout=5.0)
         if first is not None and first[0] == 200:
             before = parse_prometheus(first[1].decode("utf-8", "replace"))
@@ -203,8 +221,15 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
     # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
     diagnosis = (unit_diagnosis(record.unit, unit, last, _journal_if_failed(manager, record.unit, unit))
                  if unit is not None and manager is not None else None) or last
+    state = summarize(record, unit, supervisor, healthy)
+    parts = _replica_statuses(record, manager, metrics_interval_s) if record.is_router else ()
+    down = [p.name for p in parts if not p.healthy]
+    if healthy and down:
+        # The endpoint answers (the router sends everything to the rest), but not at full strength.
+        state, healthy = f"degraded ({', '.join(down)} not healthy)", False
     return InstanceStatus(
-        name=record.name, state=summarize(record, unit, supervisor, healthy), healthy=healthy,
+        name=record.name, state=state, healthy=healthy, parts=parts,
+        metrics_port=record.metrics_port if record.is_router else None,
         manager=record.manager, unit=record.unit if record.manager == MANAGER_SYSTEMD else None, url=url,
         model=record.served_model_name, devices=record.devices, unit_state=unit,
         stage=supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None,
@@ -212,9 +237,31 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         # The exit as status shows it: its summary and the gate's refusing checks (the diagnosis is a field of its
         # own, the log tail stays home).
         exit=replace(done, diagnosis=None, log_tail=()) if done is not None else None,
-        cluster=cluster_status(record), role=record.role if record.cluster is not None else None,
+        cluster=cluster_status(record),
+        role=record.role if record.cluster is not None or record.is_router else None,
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
     )
+
+
+def _router_metrics(record: InstanceRecord) -> dict[str, Any] | None:
+    if record.metrics_port is None:
+        return None
+    answer = http_request(base_url("127.0.0.1", record.metrics_port) + "/metrics", timeout=5.0)
+    if answer is None or answer[0] != 200:
+        return None
+    return router_figures(parse_prometheus(answer[1].decode("utf-8", "replace")))
+
+
+def _replica_statuses(record: InstanceRecord, manager: SystemdManager | None, metrics_interval_s: float
+                      ) -> tuple[InstanceStatus, ...]:
+    """The status of each replica behind a router."""
+    return tuple(instance_status(part, manager, metrics_interval_s=metrics_interval_s) for part in parts_of(record))
+
+
+def top_level(records: list[InstanceRecord]) -> list[InstanceRecord]:
+    """The records `status`/`list` show on their own: a replica behind a router is shown under it."""
+    routers = {r.name for r in records if r.is_router}
+    return [r for r in records if r.behind not in routers]
 
 
 def wait_for_statuses(state_dir: Path, name: str | None, manager: SystemdManager, wait_s: float = 0.0
@@ -224,7 +271,7 @@ def wait_for_statuses(state_dir: Path, name: str | None, manager: SystemdManager
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            records = [load_record(state_dir, name)] if name else list_records(state_dir)
+            records = [load_record(state_dir, name)] if name else top_level(list_records(state_dir))
             break
         except BadInputError:
             if time.monotonic() >= deadline:
@@ -277,7 +324,7 @@ def render_status_text(status: InstanceStatus) -> str:
     if status.devices:
         lines.append(f"  devices   {','.join(map(str, status.devices))}")
     metrics = status.metrics
-    if metrics:
+    if metrics and status.role != ROLE_ROUTER:
         lines.append(f"  requests  {_fmt(metrics['requests_running'], digits=0)} running, "
                      f"{_fmt(metrics['requests_waiting'], digits=0)} waiting")
         lines.append(f"  KV cache  {_fmt(metrics['kv_cache_usage'], 100, '%')} used"
@@ -290,6 +337,8 @@ def render_status_text(status: InstanceStatus) -> str:
             q = metrics[key]
             lines.append(f"  {label:<9} p50 {_fmt(q['p50'], 1000, ' ms')}, p90 {_fmt(q['p90'], 1000, ' ms')}, "
                          f"p99 {_fmt(q['p99'], 1000, ' ms')}")
+    if status.role == ROLE_ROUTER:
+        lines += _router_lines(status)
     cluster = status.cluster
     if cluster:
         lines.append(f"  cluster   {cluster.strategy} group {cluster.group}: this host is {cluster.role} "
@@ -307,3 +356,21 @@ def render_status_text(status: InstanceStatus) -> str:
             lines.append(f"  seen      {diagnosis.line}")
         lines.append(f"  fix       {diagnosis.fix}")
     return "\n".join(lines)
+
+
+def _router_lines(status: InstanceStatus) -> list[str]:
+    """The router's figures and one line per replica behind it: its URL, state, requests, KV use, restarts."""
+    metrics = status.metrics or {}
+    workers = metrics.get("workers") or {}
+    lines = [f"  router    {_fmt(metrics.get('requests_total'), digits=0)} request(s), "
+             f"{_fmt(metrics.get('errors_total'), digits=0)} error(s); metrics on 127.0.0.1:{status.metrics_port}"]
+    for part in status.parts:
+        seen = workers.get(part.url, {})
+        figures = part.metrics or {}
+        restarts = part.unit_state.restarts if part.unit_state is not None else None
+        routed = "out (health checks fail)" if seen.get("healthy") is False else (
+            "out (circuit open)" if seen.get("circuit_open") else "in")
+        lines.append(f"  {part.name:<9} {part.state} on {part.url}: {routed}, "
+                     f"{_fmt(seen.get('requests'), digits=0)} request(s) routed, "
+                     f"KV {_fmt(figures.get('kv_cache_usage'), 100, '%')}, {restarts or 0} restart(s)")
+    return lines

@@ -45,9 +45,13 @@ def find_conflicts(new: Sequence[InstanceRecord], existing: Sequence[InstanceRec
 
 def check_ports_free(records: Sequence[InstanceRecord]) -> None:
     for record in records:
-        if port_taken(record.host, record.port):
-            raise BadInputError(f"port {record.port} on {record.host} is taken by another process",
-                                f"stop it (`ss -ltnp 'sport = :{record.port}'` shows which), or choose another --port")
+        ports = [(record.host, record.port)]
+        if record.metrics_port is not None:
+            ports.append(("127.0.0.1", record.metrics_port))  # a router's Prometheus metrics
+        for host, port in ports:
+            if port_taken(host, port):
+                raise BadInputError(f"port {port} on {host} is taken by another process",
+                                    f"stop it (`ss -ltnp 'sport = :{port}'` shows which), or choose another --port")
 
 
 def check_service_user(user: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
+from npuops.httpclient import base_url
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.record import (
     CONFIG_FILE,
@@ -22,6 +23,9 @@ from npuops.instance.record import (
     MANAGER_SYSTEMD,
     RECORD_FILE,
     ROLE_ENGINE,
+    ROLE_ROUTER,
+    ROUTER_CONFIG_FILE,
+    ROUTER_UNIT_SUFFIX,
     STATUS_FILE,
     UNIT_SUFFIX,
     InstanceRecord,
@@ -34,6 +38,8 @@ from npuops.plan.server_options import ServerOptions
 from npuops.settings import DEFAULT_VENV
 
 SERVICE_USER = "npuops"
+# What a router unit's supervisor runs with the serving venv's interpreter (npuops is installed there too).
+ROUTER_MODULE = "npuops.service.router_process"
 # The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
 # Weight loading reads at a few hundred MB/s from local disk on Atlas servers; graph capture adds minutes.
 _LOAD_BYTES_PER_S = 200 * 1024 * 1024
@@ -170,6 +176,9 @@ def _environment(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, replica: 
     environment.update(plan.env)
     if replica is not None and replica.devices:
         environment["ASCEND_RT_VISIBLE_DEVICES"] = replica.visible_devices
+    if replica is not None and replica.cpus:
+        # Engines sharing a CPU host each get their own cores (vLLM's CPU engine binds its OpenMP threads there).
+        environment["VLLM_CPU_OMP_THREADS_BIND"] = replica.cpus
     environment.update(extras.environment)
     environment.update(spec.extra_env)
     # A local model directory: never reach for a hub from a production node.
@@ -209,6 +218,8 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
         "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
         "device_allow": device_allow(record.devices),
         "requires_units": list(extras.requires_units),
+        "wants_units": [],
+        "role": record.role,
         "extra_env_files": list(extras.env_files),
     }
 
@@ -220,7 +231,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
     status_file = (instance_dir if spec.manager == MANAGER_FOREGROUND else data_dir) / STATUS_FILE
     return InstanceRecord(
         name=name, manager=spec.manager, unit=f"npuops-{name}{UNIT_SUFFIX}", model_path=str(server.model),
-        served_model_name=str(server.served_model_name), host=spec.host, port=int(server.port or spec.port),
+        served_model_name=str(server.served_model_name), host=str(server.host or spec.host),
+        port=int(server.port or spec.port),
         devices=devices, target_kind=plan.target.kind, hardware_label=plan.target.label,
         vllm_command=tuple(spec.vllm_command), instance_dir=str(instance_dir), status_file=str(status_file),
         timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
@@ -231,34 +243,85 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())
 
 
+def _render_files(record: InstanceRecord, spec: LaunchSpec, extras: InstanceExtras, config: RenderedFile,
+                  environment: dict[str, str], unit_variables: dict[str, Any]) -> InstanceFiles:
+    files: tuple[RenderedFile, ...] = (
+        config,
+        RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": record.name, "environment": environment}),
+                     FILE_MODES[ENV_FILE]),
+        RenderedFile(RECORD_FILE, json.dumps(record.to_json(), indent=2) + "\n", 0o644),
+    )
+    if spec.manager == MANAGER_SYSTEMD:
+        files += (RenderedFile(record.unit, render_template("vllm.service.j2", unit_variables), 0o644),)
+    return InstanceFiles(record.name, files, record.unit, record, environment)
+
+
+def replica_name(instance: str, index: int) -> str:
+    """Replica N of a model behind a router (or of independent replicas): NAME-rN."""
+    return f"{instance}-r{index}"
+
+
 def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:
-    """Files for each replica of the plan: a vLLM config, an environment file, the record and a systemd unit.
+    """Files for each replica of the plan: a vLLM config, an environment file, the record and a systemd unit; with
+    several replicas on this node, the router in front of them too (last: it starts once they answer).
 
     `extras` makes them one host's part of a multi-node instance (one replica: the plan is the cluster's)."""
     extras = extras or InstanceExtras()
     validate_instance_name(spec.name)
     replicas: tuple[Replica | None, ...] = plan.replicas or (None,)
-    if not 1 <= spec.port <= 65535 or spec.port + len(replicas) - 1 > 65535:
+    routed = plan.router is not None and len(replicas) > 1
+    # Behind a router the replicas take the ports after the router's, then the router's metrics port.
+    last_port = spec.port + len(replicas) + (1 if routed else -1)
+    if not 1 <= spec.port <= 65535 or last_port > 65535:
         raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
     model_arg = _model_argument(plan)
     instances = []
     for index, replica in enumerate(replicas):
-        name = spec.name if len(replicas) == 1 else f"{spec.name}-r{index}"
-        # One replica's options are the plan's, with this replica's model path, address and port.
-        server = replace(plan.server, model=model_arg, host=spec.host, port=spec.port + index,
-                         **extras.server_changes)
+        name = spec.name if len(replicas) == 1 else replica_name(spec.name, index)
+        # One replica's options are the plan's, with this replica's model path, address and port. Behind a
+        # router only the router is reached from outside: the replicas listen on loopback.
+        server = replace(plan.server, model=model_arg, host="127.0.0.1" if routed else spec.host,
+                         port=spec.port + index + (1 if routed else 0), **extras.server_changes)
         record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
-        environment = _environment(plan, spec, extras, replica)
-        files: tuple[RenderedFile, ...] = (
-            RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
-                "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
-                FILE_MODES[CONFIG_FILE]),
-            RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": name, "environment": environment}),
-                         FILE_MODES[ENV_FILE]),
-            RenderedFile(RECORD_FILE, json.dumps(record.to_json(), indent=2) + "\n", 0o644),
-        )
-        if spec.manager == MANAGER_SYSTEMD:
-            files += (RenderedFile(record.unit, render_template("vllm.service.j2",
-                                                                _unit_variables(record, spec, extras)), 0o644),)
-        instances.append(InstanceFiles(name, files, record.unit, record, environment))
+        if routed:
+            record = replace(record, behind=spec.name)
+        config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
+            "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
+            FILE_MODES[CONFIG_FILE])
+        instances.append(_render_files(record, spec, extras, config, _environment(plan, spec, extras, replica),
+                                       _unit_variables(record, spec, extras)))
+    if routed:
+        instances.append(_render_router(plan, spec, [i.record for i in instances]))
     return instances
+
+
+def _router_python(spec: LaunchSpec) -> str:
+    """The interpreter beside the instance's vllm: the serving venv's, where vllm-router is installed."""
+    return str(Path(spec.vllm_command[0]).parent / "python")
+
+
+def _render_router(plan: Plan, spec: LaunchSpec, replicas: Sequence[InstanceRecord]) -> InstanceFiles:
+    """The router in front of this node's replicas: on the instance's address, the unit after theirs."""
+    assert plan.router is not None
+    first = replicas[0]
+    name = spec.name
+    data_dir = spec.service_data_root / f"npuops-{name}"
+    status_dir = spec.state_dir / name if spec.manager == MANAGER_FOREGROUND else data_dir
+    metrics_port = spec.port + len(replicas) + 1
+    backends = tuple(base_url(r.host, r.port) for r in replicas)
+    record = replace(
+        first, name=name, unit=f"npuops-{name}{ROUTER_UNIT_SUFFIX}{UNIT_SUFFIX}", host=spec.host, port=spec.port,
+        devices=(), role=ROLE_ROUTER, vllm_command=(_router_python(spec), "-m", ROUTER_MODULE),
+        instance_dir=str(spec.state_dir / name), status_file=str(status_dir / STATUS_FILE),
+        replicas=tuple(r.name for r in replicas), backends=backends, metrics_port=metrics_port, behind=None)
+    argv = plan.router.argv(backends, host=spec.host, port=spec.port, metrics_host="127.0.0.1",
+                            metrics_port=metrics_port, startup_timeout_s=first.timeout_start_s)
+    config = RenderedFile(ROUTER_CONFIG_FILE, json.dumps({
+        "comment": f"vllm-router in front of {', '.join(record.replicas)}, rendered by npuops (policy "
+                   f"{plan.router.policy}: {plan.router.why})", "argv": argv}, indent=2) + "\n", 0o644)
+    # The router needs no model, chips or CANN: only the key it sends the replicas (VLLM_API_KEY).
+    environment = {"VLLM_API_KEY": spec.api_key} if spec.api_key else {}
+    variables = _unit_variables(record, spec, InstanceExtras())
+    variables["wants_units"] = [r.unit for r in replicas]
+    variables["role"] = ROLE_ROUTER
+    return _render_files(record, spec, InstanceExtras(), config, environment, variables)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,11 +229,17 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
         report.progress(f"note: {note}")
     results: list[dict[str, Any]] = []
     ok = True
+    written = {}
+    for instance in instances:
+        written[instance.name] = [str(p) for p in install(instance, settings.state_dir, manager)]
+        report.progress(f"installed {instance.record.unit} ({', '.join(written[instance.name])})")
+    # The replicas behind a router start together (as systemd starts them at boot), the router once they answer.
+    replicas = [i.record for i in instances if i.record.behind]
+    started = {r.name: _begin_start(r, manager, report) for r in replicas}
     for instance in instances:
         record = instance.record
-        written = install(instance, settings.state_dir, manager)
-        report.progress(f"installed {record.unit} ({', '.join(str(p) for p in written)})")
-        entry = _start_one(record, manager, report, api_key, [str(p) for p in written])
+        starter = started.get(record.name) or _begin_start(record, manager, report)
+        entry = _follow_start(record, starter, manager, report, api_key, written[record.name])
         if verify and entry["ok"]:
             checked = verify_served(record, settings, api_key, golden)
             for line in verify_lines(checked):
@@ -249,13 +256,24 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
     return ExitCode.OK if ok else ExitCode.CHECKS_FAILED
 
 
-def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter, api_key: str | None,
-               written: list[str]) -> dict[str, Any]:
-    started = time.monotonic()
-    report.progress(f"[    0 s] {record.name}: starting {record.unit} (start gate, then the engine)")
+@dataclass
+class _Starting:
+    process: subprocess.Popen[str]
+    started_at: float
+
+
+def _begin_start(record: InstanceRecord, manager: SystemdManager, report: Reporter) -> _Starting:
+    report.progress(f"[    0 s] {record.name}: starting {record.unit} (start gate, then the "
+                    f"{'router' if record.is_router else 'engine'})")
     # Real systemd returns at once (--no-block); the test stand-in blocks until READY, so it runs beside us.
-    starter = subprocess.Popen(manager.start_command(record.unit), stdout=subprocess.PIPE,
+    process = subprocess.Popen(manager.start_command(record.unit), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    return _Starting(process, time.monotonic())
+
+
+def _follow_start(record: InstanceRecord, starting: _Starting, manager: SystemdManager, report: Reporter,
+                  api_key: str | None, written: list[str]) -> dict[str, Any]:
+    starter, started = starting.process, starting.started_at
 
     def unit_failed() -> bool:
         if starter.poll() is None:
@@ -279,9 +297,16 @@ def _start_one(record: InstanceRecord, manager: SystemdManager, report: Reporter
                                                       "seconds": round(completion.seconds, 3),
                                                       "error": completion.error},
                      prediction=record.prediction)
-        if completion.ok:
+        if completion.ok and record.behind:
+            # Reached through its router: its own port is an internal one.
+            report.out(f"{record.name} is serving behind {record.behind} after {result.seconds:.0f} s "
+                       f"({entry['url']}, loopback)")
+        elif completion.ok:
             for line in _summary(record, result.seconds, completion, api_key):
                 report.out(line)
+            if record.is_router:
+                report.out(f"  replicas   {', '.join(record.replicas)} behind vllm-router; its metrics on "
+                           f"127.0.0.1:{record.metrics_port}")
             report.out(f"  manage     `npuops status {record.name}`, `npuops logs {record.name} -f`, "
                        f"`npuops stop {record.name}`")
         else:

@@ -73,7 +73,14 @@ def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
         yield Explanation("tensor_parallel_size", 1, "one CPU engine process on one NUMA node",
                           "the seed's TP=8 is for an 8-NPU server; the CPU engine plan uses one process")
         yield Explanation("pipeline_parallel_size", 1, "the model fits one process")
-        yield Explanation("data_parallel_size", 1, "one engine")
+        if plan.replica_count > 1:
+            cores = [r.cpus for r in plan.replicas if r.cpus]
+            yield Explanation("data_parallel_size", plan.replica_count,
+                              f"--dp {plan.replica_count}: independent engines behind one router"
+                              + (f", each bound to its own cores ({', '.join(cores)})" if cores else
+                                 f" sharing the host's {plan.target.cpu_count} CPUs (fewer than one each)"))
+        else:
+            yield Explanation("data_parallel_size", 1, "one engine")
         return
     chip_name = target.chip.name if target.chip else "device"
     constraint = f"TP divides the {arch.num_attention_heads} heads and suits the {arch.num_kv_heads} KV heads"
@@ -91,10 +98,12 @@ def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
                       if layout.pp == 1 else f"{layout.pp} stages: TP alone within a node cannot hold the weights"
                       + (" (stages span nodes over Ray)" if layout.chips > target.devices_per_node else ""))
     if plan.replica_count > 1:
+        forced = plan.options.replicas is not None
         yield Explanation("data_parallel_size", plan.replica_count,
-                          f"the model needs {layout.chips} of {target.total_devices} chips, so {plan.replica_count} "
-                          "independent instances (one vllm serve each, own device mask and port) multiply throughput "
-                          "without collectives between them")
+                          (f"--dp {plan.replica_count}: " if forced else
+                           f"the model needs {layout.chips} of {target.total_devices} chips, so ")
+                          + f"{plan.replica_count} independent instances (one vllm serve each, own device mask) "
+                          "behind one router multiply throughput without collectives between them")
     else:
         spare = workload.objective == "latency" and layout.chips < target.total_devices
         yield Explanation("data_parallel_size", 1, "one instance" + (
@@ -103,6 +112,16 @@ def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
         yield Explanation("enable_expert_parallel", True,
                           f"{arch.num_experts} experts spread whole over the {layout.chips} devices instead of "
                           f"slicing each expert; HCCL_BUFFSIZE={MOE_EP_HCCL_BUFFSIZE_MB} for the all-to-all")
+
+
+def _router(plan: Plan) -> Iterator[Explanation]:
+    router = plan.router
+    if router is None:
+        return
+    chosen = "as asked (--router-policy)" if plan.options.router_policy else "the default"
+    yield Explanation("router_policy", router.policy,
+                      f"one endpoint for the {plan.replica_count} replicas (vllm-router on --host/--port, the "
+                      f"replicas on 127.0.0.1 behind it); {router.policy}, {chosen}: {router.why}")
 
 
 def _cluster_parallelism(plan: Plan) -> Iterator[Explanation]:
@@ -251,7 +270,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
 
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
-    _dtype, _block_size, _utilization, _parallelism, _lengths, _batching_and_memory, _graphs, _quantization,
+    _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
     _environment,
 )
 

@@ -16,6 +16,10 @@ OBJECTIVES = ("throughput", "latency")
 # Identical nodes one plan may spread over (hardware spec and --nodes).
 MAX_NODES = 64
 STRATEGIES = ("auto", "ray", "dp")
+# vllm-router's load-balancing policies (`vllm-router --policy`), the ones that route plain (not PD) traffic.
+ROUTER_POLICIES = ("round_robin", "cache_aware", "power_of_two", "consistent_hash", "random")
+# The most replicas one router fronts on one node (an Atlas 800 A3 holds 16 single-die instances).
+MAX_REPLICAS = 64
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,10 @@ class PlanOptions:
     """What the operator fixed: vLLM options (ServerOptions fields; `tp`/`pp` for short), the vllm-ascend release
     the node runs and, with several nodes, the multi-node engine. Everything left out the planner decides."""
 
-    __slots__ = ("multinode", "server", "vllm_ascend_version")
+    __slots__ = ("multinode", "replicas", "router_policy", "server", "vllm_ascend_version")
 
     def __init__(self, *, vllm_ascend_version: str | None = None, multinode: str | None = "auto",
-                 **fixed: Any) -> None:
+                 replicas: int | None = None, router_policy: str | None = None, **fixed: Any) -> None:
         values: dict[str, Any] = {}
         for key, value in fixed.items():
             name = _SHORT_NAMES.get(key, key)
@@ -76,6 +80,9 @@ class PlanOptions:
         self.server = ServerOptions(**values)
         self.vllm_ascend_version = vllm_ascend_version
         self.multinode = check_strategy(multinode)
+        # --dp N: exactly N independent engines behind one router (None: as many as the target holds).
+        self.replicas = replicas
+        self.router_policy = router_policy
 
     def fixed(self, name: str) -> Any:
         """The value the operator fixed for a ServerOptions field, or None."""
@@ -83,7 +90,7 @@ class PlanOptions:
 
     def __repr__(self) -> str:
         return (f"PlanOptions({self.server.fixed()}, vllm_ascend_version={self.vllm_ascend_version!r}, "
-                f"multinode={self.multinode!r})")
+                f"multinode={self.multinode!r}, replicas={self.replicas!r}, router_policy={self.router_policy!r})")
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,11 @@ class PlanRequest:
         "expert parallel for MoE); auto picks and explains."))
     vllm_ascend_version: str | None = declared(flag=UserFlag(
         "vllm-ascend-version", "The vllm-ascend release the node runs (gates env keys and features)."))
+    replicas: int | None = declared(limits=Limits(minimum=1, maximum=MAX_REPLICAS), flag=UserFlag(
+        "dp", "Run exactly N independent engines on this node behind one router endpoint (also on the CPU target)."))
+    router_policy: str | None = declared(limits=Limits(choices=ROUTER_POLICIES), flag=UserFlag(
+        "router-policy", "How the router in front of several replicas spreads requests [default: chosen and "
+        "explained by the plan]."))
     workload: Workload = field(default_factory=Workload)
     # The vLLM options the operator fixed, by ServerOptions field name (`tp`/`pp` accepted for short).
     fixed: Mapping[str, Any] = field(default_factory=dict)
@@ -112,7 +124,8 @@ class PlanRequest:
 
     @property
     def options(self) -> PlanOptions:
-        return PlanOptions(vllm_ascend_version=self.vllm_ascend_version, multinode=self.multinode, **self.fixed)
+        return PlanOptions(vllm_ascend_version=self.vllm_ascend_version, multinode=self.multinode,
+                           replicas=self.replicas, router_policy=self.router_policy, **self.fixed)
 
     @classmethod
     def from_flags(cls, model: str, flags: Mapping[str, Any]) -> PlanRequest:

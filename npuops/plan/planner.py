@@ -25,6 +25,7 @@ from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelSpec, dtype_bytes, weight_bytes_from_arch
 from npuops.plan.performance import Prediction, predict
 from npuops.plan.result import Plan
+from npuops.plan.router import plan_router
 from npuops.plan.rules import Replica, TargetRules, rules_for
 from npuops.plan.server_options import ServerOptions
 from npuops.plan.target import HardwareTarget
@@ -110,20 +111,39 @@ def _candidates(model: ModelSpec, rules: TargetRules, options: PlanOptions) -> l
     return candidates
 
 
-def _evaluate(rules: TargetRules, workload: Workload, s: Sizing, candidates: list[Layout], required: int,
-              c: MemoryConstants) -> list[Evaluated]:
+def _evaluate(rules: TargetRules, workload: Workload, options: PlanOptions, s: Sizing, candidates: list[Layout],
+              required: int, c: MemoryConstants) -> list[Evaluated]:
     """The layouts that leave KV room for one request, of the simplest kind that has any."""
     evaluated: list[Evaluated] = []
     group_of = layout_group(rules.target)
+    forced = options.replicas
     for layout in candidates:
         if evaluated and group_of(layout) != group_of(evaluated[0].layout):
             break  # a simpler kind of layout already fits: do not reach for pipeline stages or more nodes
+        if forced is not None and not rules.engine_per_host and forced * layout.chips > rules.target.total_devices:
+            continue  # --dp N: N copies of this layout must fit the node's chips
         # Expert parallel only makes sense with more than one device holding experts.
         sizing = s if layout.chips > 1 or not s.moe_ep else replace(s, moe_ep=False)
         budget = rules.budget(sizing, layout, c)
         if budget.kv_cache_tokens >= required:
-            evaluated.append(Evaluated(layout, budget, rules.replica_count(layout, workload.objective)))
+            evaluated.append(Evaluated(layout, budget, forced or rules.replica_count(layout, workload.objective)))
     return evaluated
+
+
+def _check_forced_replicas(rules: TargetRules, options: PlanOptions, candidates: list[Layout],
+                           evaluated: list[Evaluated]) -> None:
+    """--dp N is for one node, and N copies of a layout that fits must fit its chips."""
+    forced = options.replicas
+    if forced is None:
+        return
+    if rules.target.nodes > 1:
+        raise BadInputError(f"--dp {forced} runs independent replicas on one node",
+                            "drop --nodes (plan one node), or use --multinode dp for vLLM's data parallel over nodes")
+    if not evaluated and candidates:
+        smallest = min(lay.chips for lay in candidates)
+        raise BadInputError(f"--dp {forced}: {forced} replicas of at least {smallest} chip(s) each do not fit "
+                            f"{rules.target.total_devices} chips",
+                            f"use --dp {max(1, rules.target.total_devices // smallest)} or fewer")
 
 
 def _does_not_fit(model: ModelSpec, rules: TargetRules, workload: Workload, s: Sizing, candidates: list[Layout],
@@ -144,7 +164,8 @@ def _does_not_fit(model: ModelSpec, rules: TargetRules, workload: Workload, s: S
 def _parallelism(model: ModelSpec, rules: TargetRules, workload: Workload, options: PlanOptions, s: Sizing, mode: str,
                  required: int, c: MemoryConstants) -> tuple[Evaluated, ClusterPlan | None]:
     candidates = _candidates(model, rules, options)
-    evaluated = _evaluate(rules, workload, s, candidates, required, c)
+    evaluated = _evaluate(rules, workload, options, s, candidates, required, c)
+    _check_forced_replicas(rules, options, candidates, evaluated)
     if not evaluated:
         raise _does_not_fit(model, rules, workload, s, candidates, required, c)
     chosen = choose_layout(model, rules.target, workload, s, evaluated, mode)
@@ -271,6 +292,7 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         server=_server_options(model, rules, s, dtype, layout, cluster, mode, max_model_len, max_num_seqs,
                                moe_ep),
         release=release, graph_mode=mode, layout=layout, replica_count=chosen.replicas, replicas=replicas,
+        router=plan_router(len(replicas), options.router_policy) if cluster is None else None,
         cluster=cluster, env_settings=env_settings, hccl_buffer=buffer, memory=chosen.budget,
         weight_bytes=s.weight_bytes, seq_cap=s.seq_cap, prediction=prediction, warnings=tuple(dict.fromkeys(warnings)))
     return replace(plan, explanations=explain(plan))

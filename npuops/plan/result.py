@@ -13,6 +13,7 @@ from npuops.plan.layout import Layout
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelSpec, count_parameters
 from npuops.plan.performance import Prediction
+from npuops.plan.router import RouterOptions
 from npuops.plan.rules import Replica, TargetRules
 from npuops.plan.server_options import ServerOptions
 from npuops.plan.target import HardwareTarget
@@ -47,6 +48,7 @@ class Plan:
     layout: Layout
     replica_count: int  # independent engines, or data-parallel ranks of a cluster
     replicas: tuple[Replica, ...]
+    router: RouterOptions | None  # in front of several replicas on one node: their one endpoint
     cluster: ClusterPlan | None
     env_settings: tuple[EnvSetting, ...]
     hccl_buffer: HcclBufferSize | None  # expert parallel's all-to-all buffer, sized from the MC2 kernels' formula
@@ -105,7 +107,9 @@ class Plan:
             "served_model_name": s.served_model_name,
             "vllm_ascend_version": self.release,
             "replica_mode": (f"one endpoint over {cluster.nodes} nodes" if cluster else
-                             "independent instances" if self.replica_count > 1 else "single instance"),
+                             f"{self.replica_count} replicas behind one router" if self.router is not None
+                             else "single instance"),
+            "router_policy": self.router.policy if self.router is not None else None,
         }
 
     def explanation(self, key: str) -> Explanation:
@@ -179,4 +183,5 @@ class Plan:
             "replicas": [r.as_dict() for r in self.replicas],
             "vllm_args": list(self.vllm_args),
             "cluster": self.cluster.as_dict() if self.cluster else None,
+            "router": self.router.to_json() if self.router is not None else None,
         }

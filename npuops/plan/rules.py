@@ -67,19 +67,24 @@ def _family_table() -> dict[str, FamilyRules]:
 
 @dataclass(frozen=True)
 class Replica:
-    """One independent vllm serve of a plan: its node and its devices (ASCEND_RT_VISIBLE_DEVICES)."""
+    """One independent vllm serve of a plan: its node and its devices (ASCEND_RT_VISIBLE_DEVICES), or on the CPU
+    engine the cores its OpenMP threads are bound to (VLLM_CPU_OMP_THREADS_BIND; "" leaves vLLM's own binding)."""
 
     index: int
     node: int
     devices: tuple[int, ...]
+    cpus: str = ""
 
     @property
     def visible_devices(self) -> str:
         return ",".join(str(d) for d in self.devices)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "node": self.node, "devices": list(self.devices),
-                "visible_devices": self.visible_devices}
+        out: dict[str, Any] = {"index": self.index, "node": self.node, "devices": list(self.devices),
+                               "visible_devices": self.visible_devices}
+        if self.cpus:
+            out["cpus"] = self.cpus
+        return out
 
 
 class TargetRules(abc.ABC):
@@ -271,7 +276,15 @@ class CpuEngineRules(TargetRules):
         return 1
 
     def replicas(self, layout: Layout, count: int, *, cluster: bool) -> tuple[Replica, ...]:
-        return (Replica(0, 0, ()),)
+        if count == 1:
+            return (Replica(0, 0, ()),)
+        # Several engines on one host (--dp N): each gets its own share of the cores, as each NPU replica gets its
+        # own chips; without a share for each (fewer cores than engines) vLLM binds them all itself.
+        cores = self.target.cpu_count or 0
+        share = cores // count
+        if share < 1:
+            return tuple(Replica(i, 0, ()) for i in range(count))
+        return tuple(Replica(i, 0, (), f"{i * share}-{(i + 1) * share - 1}") for i in range(count))
 
     def environment(self, release: str | None, *, collective: bool, moe_ep: bool,
                     devices: tuple[int, ...] | None) -> list[EnvSetting]:

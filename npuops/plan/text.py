@@ -32,9 +32,13 @@ def render_plan_text(plan: Plan) -> str:
         for key, value in data["env"].items():
             out.append(f"  {key}={value}")
     if len(data["replicas"]) > 1:
-        out.append(f"\nReplicas: {len(data['replicas'])} independent instances")
+        router = data.get("router")
+        behind = f" behind one router ({router['policy']})" if router else ""
+        out.append(f"\nReplicas: {len(data['replicas'])} independent instances{behind}")
         for r in data["replicas"]:
-            out.append(f"  replica {r['index']} (node {r['node']}): ASCEND_RT_VISIBLE_DEVICES={r['visible_devices']}")
+            where = (f"ASCEND_RT_VISIBLE_DEVICES={r['visible_devices']}" if r["devices"] else
+                     f"VLLM_CPU_OMP_THREADS_BIND={r['cpus']}" if r.get("cpus") else "the host's CPUs")
+            out.append(f"  replica {r['index']} (node {r['node']}): {where}")
     cluster = data.get("cluster")
     if cluster:
         out.append(f"\nMulti-node: {cluster['strategy']} over {cluster['nodes']} nodes "

@@ -66,7 +66,8 @@ def gate_settings(settings: Settings, record: InstanceRecord) -> Settings:
 
 def gate_tags(record: InstanceRecord) -> tuple[str, ...]:
     """The tags of the checks this instance's start gate runs."""
-    return (TAG_GATE, TAG_GATE_NPU) if record.target_kind == "npu" else (TAG_GATE,)
+    # A router touches no chip: the NPU checks are its replicas' gates'.
+    return (TAG_GATE, TAG_GATE_NPU) if record.target_kind == "npu" and not record.is_router else (TAG_GATE,)
 
 
 def gate_checks(record: InstanceRecord) -> list[type[Check]]:

@@ -90,12 +90,13 @@ def test_golden_files(models: Path, case: str) -> None:
 
 
 def test_replicas_get_their_own_devices_ports_and_units(models: Path) -> None:
-    instances = render_instances(_plan(models, "qwen3-8b-910b3x8"), _spec(port=9000))
-    assert [i.name for i in instances] == [f"demo-r{n}" for n in range(8)]
-    for n, inst in enumerate(instances):
+    instances = render_instances(_plan(models, "qwen3-8b-910b3x8"), _spec(port=9000, host="0.0.0.0"))
+    # Eight replicas on loopback, the router in front of them on the instance's address and port.
+    assert [i.name for i in instances] == [*(f"demo-r{n}" for n in range(8)), "demo"]
+    for n, inst in enumerate(instances[:8]):
         env = parse_env_file(inst.file("env").text)
         assert env["ASCEND_RT_VISIBLE_DEVICES"] == str(n)
-        assert f"port: {9000 + n}" in inst.file("vllm.yaml").text
+        assert f"port: {9001 + n}" in inst.file("vllm.yaml").text and 'host: "127.0.0.1"' in inst.file("vllm.yaml").text
         unit = inst.file(f"npuops-demo-r{n}.service").text
         assert f"DeviceAllow=/dev/davinci{n} rw" in unit
         assert len(re.findall(r"DeviceAllow=/dev/davinci\d+ ", unit)) == 1

@@ -100,6 +100,11 @@ SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
         "RuntimeError: ACL stream synchronize failed, error code:507014",
     ),
     "cpus-insufficient": ("RuntimeError: The number of CPUs is insufficient. Each NPU requires at least 5 CPUs",),
+    "router-not-installed": ("npuops router: vllm-router is not installed beside this interpreter "
+                             "(/opt/npuops/venv/bin/python): No module named 'vllm_router'; fix: `npuops provision "
+                             "--tags python` installs it into the serving venv",),
+    "router-config-unreadable": ("npuops router: cannot read /etc/npuops/m/router.json: No such file or directory; "
+                                 "fix: re-create the instance with `npuops launch`",),
     "shm-too-small": (
         "Bus error (core dumped)",
         "OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b3c4d'",

@@ -1,0 +1,85 @@
+"""The router in front of a plan's replicas: vllm-router's options, one description for the plan, the unit and the
+status.
+
+When a plan has several independent replicas on one node, a client should see one OpenAI endpoint, not N ports:
+vllm-router (PyPI `vllm-router`) takes the instance's host and port and spreads requests over the replicas, which
+bind 127.0.0.1 on the ports after it. Its health checker takes a dead or hung replica out and puts it back once
+/health answers again; its retries resend a request a dead replica refused to another one.
+
+Each field below is one `vllm-router` option (`vllm_router/router_args.py` of 0.1.17 names them); `argv()` is the
+router's command line, which holds no secret (the API key reaches the router through its 0600 env file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+from npuops.plan.inputs import ROUTER_POLICIES
+
+# The default policy and why, from the measurements in the README ("One endpoint per model"): on the CPU engine
+# with two replicas, cache_aware kept round robin's throughput on unrelated prompts and sent requests that share
+# a prefix to the replica holding it.
+DEFAULT_POLICY = "cache_aware"
+DEFAULT_POLICY_WHY = ("requests that share a prompt prefix (a system prompt, a few-shot header, a chat history) go "
+                      "to the replica whose prefix cache holds it, while unrelated requests are balanced by load; "
+                      "benchmarks/router_overhead.py measures it against round_robin (README)")
+_POLICY_WHY = {
+    "round_robin": "each replica in turn: even load for requests of similar length, no prefix-cache affinity",
+    "cache_aware": DEFAULT_POLICY_WHY,
+    "power_of_two": "the less loaded of two replicas picked at random: for requests of very different lengths",
+    "consistent_hash": "the same session key always to the same replica",
+    "random": "a replica at random",
+}
+
+
+def _router_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class RouterOptions:
+    """vllm-router's options for one endpoint (the worker URLs and addresses are launch's)."""
+
+    policy: str
+    # A dead replica is out after health_failure_threshold failed checks this often; back after success_threshold.
+    health_check_interval_secs: int = 5
+    health_failure_threshold: int = 2
+    health_success_threshold: int = 1
+    health_check_timeout_secs: int = 5
+    # A replica whose requests failed stays out this long before the router tries it again (its restart by
+    # systemd takes longer than this, so the first try after it usually finds it healthy).
+    cb_timeout_duration_secs: int = 10
+    # A request a dead replica refused is sent again, to another replica.
+    retry_max_retries: int = 3
+    request_timeout_secs: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.policy not in ROUTER_POLICIES:
+            raise ValueError(f"router policy {self.policy!r} is not one of {', '.join(ROUTER_POLICIES)}")
+
+    @property
+    def why(self) -> str:
+        return _POLICY_WHY[self.policy]
+
+    def argv(self, worker_urls: Sequence[str], *, host: str, port: int, metrics_host: str, metrics_port: int,
+             startup_timeout_s: int) -> list[str]:
+        """The router's command line after its program: the replicas' URLs, where it listens, its options."""
+        out = ["--worker-urls", *worker_urls, "--host", host, "--port", str(port),
+               "--prometheus-host", metrics_host, "--prometheus-port", str(metrics_port),
+               # It waits for every replica to answer /health before it serves: as long as their own start may take.
+               "--worker-startup-timeout-secs", str(startup_timeout_s), "--worker-startup-check-interval", "2"]
+        for f in fields(self):
+            out += [_router_flag(f.name), str(getattr(self, f.name))]
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"why": self.why}
+
+
+def plan_router(replica_count: int, policy: str | None) -> RouterOptions | None:
+    """A router when the plan has several replicas on one node; the operator's policy, else the default (it held
+    for every workload measured so far: README)."""
+    if replica_count < 2:
+        return None
+    return RouterOptions(policy=policy or DEFAULT_POLICY)

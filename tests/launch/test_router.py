@@ -1,0 +1,186 @@
+"""One endpoint per model, offline: the plan's router (--dp, --router-policy), the files of a router in front of its
+replicas, the router process's command line and secrets, and the router's figures in status."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npuops.envfile import parse_env_file
+from npuops.errors import BadInputError
+from npuops.instance.metrics import parse_prometheus, router_figures
+from npuops.instance.record import ROLE_ROUTER, InstanceRecord
+from npuops.instance.status import InstanceStatus, render_status_text, top_level
+from npuops.launch.instance_files import LaunchSpec, render_instances
+from npuops.plan.catalog import load_model
+from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
+from npuops.plan.planner import make_plan
+from npuops.plan.router import DEFAULT_POLICY, RouterOptions
+from npuops.plan.target import cpu_target, parse_hardware_spec
+from npuops.service.diagnosis import diagnose
+from npuops.service.gate import gate_tags
+from npuops.service.router_process import EXIT_CONFIG, read_router_argv
+from tests.support.model_dirs import write_tiny_model
+from tests.support.paths import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "router"
+
+
+@pytest.fixture()
+def tiny(tmp_path: Path) -> Path:
+    return write_tiny_model(tmp_path / "tiny-llama")
+
+
+def _cpu_plan(model: Path, **options: object):  # type: ignore[no-untyped-def]
+    return make_plan(load_model(str(model)), cpu_target(16 * 2**30, 4, 1), Workload(128, 32),
+                     PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32", **options))  # type: ignore[arg-type]
+
+
+def test_dp_forces_replicas_on_the_cpu_target_each_on_its_own_cores(tiny: Path) -> None:
+    plan = _cpu_plan(tiny, replicas=2)
+    assert plan.replica_count == 2 and [r.cpus for r in plan.replicas] == ["0-1", "2-3"]
+    assert plan.router is not None and plan.router.policy == DEFAULT_POLICY
+    why = plan.explanation("router_policy").why
+    assert "one endpoint for the 2 replicas" in why and "the default" in why
+    assert _cpu_plan(tiny).router is None  # one engine: no router
+
+
+def test_router_policy_as_asked_is_explained_as_asked(tiny: Path) -> None:
+    plan = _cpu_plan(tiny, replicas=2, router_policy="round_robin")
+    assert plan.router is not None and plan.router.policy == "round_robin"
+    assert "as asked" in plan.explanation("router_policy").why
+
+
+def test_dp_that_does_not_fit_the_chips_or_spans_nodes_is_refused() -> None:
+    model = load_model(str(REPO / "tests" / "fixtures" / "models" / "qwen3-8b"))
+    with pytest.raises(BadInputError, match="--dp 9") as exc:
+        make_plan(model, parse_hardware_spec("910B3x8"), Workload(512, 128), PlanOptions(replicas=9))
+    assert "--dp 8 or fewer" in exc.value.fix
+    with pytest.raises(BadInputError, match="one node"):
+        make_plan(model, parse_hardware_spec("910B3x8", nodes=2), Workload(512, 128), PlanOptions(replicas=2))
+    plan = make_plan(model, parse_hardware_spec("910B3x8"), Workload(512, 128, objective="latency"),
+                     PlanOptions(replicas=2))
+    assert plan.replica_count == 2 and plan.router is not None
+
+
+def test_unknown_policy_is_refused_by_the_request() -> None:
+    with pytest.raises(BadInputError, match="router-policy"):
+        PlanRequest(model="x", router_policy="fastest")
+    with pytest.raises(ValueError):
+        RouterOptions(policy="fastest")
+
+
+def _rendered(tiny: Path, **spec: object) -> list:  # type: ignore[type-arg]
+    values: dict[str, object] = {"name": "m", "port": 9100, "api_key": "sk-router-secret",
+                                 "vllm_command": ("/opt/npuops/venv/bin/vllm", "serve")}
+    values.update(spec)
+    return render_instances(_cpu_plan(tiny, replicas=2), LaunchSpec(**values))  # type: ignore[arg-type]
+
+
+def test_router_files_front_the_replicas_on_loopback(tiny: Path) -> None:
+    r0, r1, router = _rendered(tiny, host="0.0.0.0")
+    assert (r0.name, r1.name, router.name) == ("m-r0", "m-r1", "m")
+    for n, replica in enumerate((r0, r1)):
+        assert replica.record.host == "127.0.0.1" and replica.record.port == 9101 + n
+        assert replica.record.behind == "m"
+        assert parse_env_file(replica.file("env").text)["VLLM_CPU_OMP_THREADS_BIND"] == ["0-1", "2-3"][n]
+    record = router.record
+    assert record.role == ROLE_ROUTER and record.host == "0.0.0.0" and record.port == 9100
+    assert record.unit == "npuops-m-router.service" and record.replicas == ("m-r0", "m-r1")
+    assert record.backends == ("http://127.0.0.1:9101", "http://127.0.0.1:9102") and record.metrics_port == 9103
+    assert record.engine_argv == ["/opt/npuops/venv/bin/python", "-m", "npuops.service.router_process",
+                                  "/etc/npuops/m/router.json"]
+    argv = json.loads(router.file("router.json").text)["argv"]
+    assert argv[:3] == ["--worker-urls", "http://127.0.0.1:9101", "http://127.0.0.1:9102"]
+    assert argv[argv.index("--policy") + 1] == DEFAULT_POLICY
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    unit = router.file("npuops-m-router.service").text
+    assert "Wants=npuops-m-r0.service\nAfter=npuops-m-r0.service" in unit and "Requires=npuops-m" not in unit
+    assert "DeviceAllow=/dev/davinci" not in unit and "SupplementaryGroups" not in unit
+    # The key only in the router's 0600 env file, never in what is world-readable or on its command line.
+    assert parse_env_file(router.file("env").text) == {"VLLM_API_KEY": "sk-router-secret"}
+    for f in router.files:
+        if f.name != "env":
+            assert "sk-router-secret" not in f.text, f.name
+    assert gate_tags(record) == ("gate",)
+
+
+def test_router_record_round_trips(tiny: Path) -> None:
+    record = _rendered(tiny)[-1].record
+    again = InstanceRecord.from_json(json.loads(json.dumps(record.to_json())), "test")
+    assert again == record
+    with pytest.raises(Exception, match="replicas must be a list"):
+        InstanceRecord.from_json({**record.to_json(), "replicas": "m-r0"}, "test")
+
+
+def test_port_range_counts_the_replicas_and_the_metrics_port(tiny: Path) -> None:
+    with pytest.raises(BadInputError, match="out of range"):
+        _rendered(tiny, port=65533)
+    assert _rendered(tiny, port=65532)[-1].record.metrics_port == 65535
+
+
+def test_router_process_reads_its_argv_and_refuses_garbage(tmp_path: Path) -> None:
+    good = tmp_path / "router.json"
+    good.write_text(json.dumps({"argv": ["--worker-urls", "http://127.0.0.1:1"]}))
+    assert read_router_argv(str(good)) == ["--worker-urls", "http://127.0.0.1:1"]
+    for text, problem in (("{", "not valid JSON"), ('{"argv": "x"}', "no router command line"),
+                          ("[]", "no router command line")):
+        good.write_text(text)
+        with pytest.raises(ValueError, match=problem):
+            read_router_argv(str(good))
+    # Run as the unit runs it: a one-line error and EX_CONFIG, no traceback.
+    done = subprocess.run([sys.executable, "-m", "npuops.service.router_process", str(tmp_path / "missing.json")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == EXIT_CONFIG and "cannot read" in done.stderr and "Traceback" not in done.stderr
+    good.write_text(json.dumps({"argv": ["--worker-urls", "http://127.0.0.1:1"]}))
+    try:
+        import vllm_router  # noqa: F401
+    except ImportError:
+        # npuops' own venv has no vllm-router: the unit's diagnosis names the fix.
+        done = subprocess.run([sys.executable, "-m", "npuops.service.router_process", str(good)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == EXIT_CONFIG and "vllm-router is not installed" in done.stderr
+        assert diagnose(done.stderr.splitlines(), {"name": "m"}).id == "router-not-installed"  # type: ignore[union-attr]
+
+
+def test_router_figures_from_a_recorded_exposition() -> None:
+    text = (FIXTURES / "metrics.txt").read_text()
+    figures = router_figures(parse_prometheus(text))
+    workers = figures["workers"]
+    assert set(workers) == {"http://127.0.0.1:8101", "http://127.0.0.1:8100"}
+    # Recorded after both replicas were stopped: the health checks fail; 8101's breaker opened when it was killed.
+    assert all(w["healthy"] is False for w in workers.values())
+    assert workers["http://127.0.0.1:8101"]["circuit_open"] is True
+    assert workers["http://127.0.0.1:8100"]["circuit_open"] is False
+    assert [workers[u]["requests"] for u in sorted(workers)] == [49, 28] and figures["requests_total"] == 65
+    assert figures["active_workers"] == 2
+    assert router_figures(parse_prometheus("garbage {{{")) == {"requests_total": None, "errors_total": None,
+                                                               "active_workers": None, "workers": {}}
+
+
+def test_status_shows_a_router_with_its_parts_and_round_trips() -> None:
+    part = InstanceStatus(name="m-r1", state="restarting (after engine-exited)", healthy=False,
+                          url="http://127.0.0.1:9102")
+    status = InstanceStatus(name="m", state="degraded (m-r1 not healthy)", healthy=False, url="http://h:9100",
+                            role=ROLE_ROUTER, metrics_port=9103, parts=(part,),
+                            metrics={"requests_total": 40.0, "errors_total": 1.0, "active_workers": 1.0,
+                                     "workers": {"http://127.0.0.1:9102": {"healthy": False, "requests": 19.0,
+                                                                         "circuit_open": True}}})
+    text = render_status_text(status)
+    assert "metrics on 127.0.0.1:9103" in text
+    assert re.search(r"m-r1\s+restarting \(after engine-exited\) on http://127.0.0.1:9102: out \(health checks "
+                     r"fail\), 19 request\(s\) routed", text), text
+    again = InstanceStatus.from_json(json.loads(json.dumps(status.to_json())))
+    assert again.parts[0].name == "m-r1" and again.metrics_port == 9103 and again.role == ROLE_ROUTER
+
+
+def test_status_lists_replicas_under_their_router(tiny: Path) -> None:
+    records = [i.record for i in _rendered(tiny)]
+    assert [r.name for r in top_level(records)] == ["m"]
+    alone = [records[0]]  # a replica whose router record is gone is shown on its own
+    assert top_level(alone) == alone

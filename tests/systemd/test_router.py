@@ -1,0 +1,185 @@
+"""One endpoint per model under real systemd: `npuops launch --dp 2` starts two replicas of the tiny model on
+loopback and vllm-router in front of them on the instance's port, each in its own hardened unit, with the real
+vLLM CPU engine and the real vllm-router.
+
+What an operator relies on: every request through the one endpoint succeeds and both replicas serve; a replica
+whose engine is killed mid-run costs at most the requests in flight on it, is restarted by systemd and put back
+by the router; the API key is required at the endpoint and appears on no command line and in no log; status,
+logs and stop see the router and every replica.
+
+The tests of this module share one booted systemd (the session's) and run in order.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.http_server import free_port
+from tests.support.systemd import ServingNode
+from tests.systemd.test_lifecycle import status, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
+
+NAME = "rt"
+KEY = "rt-key-5b8e1f0c"
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+KEY_FILE = Path("/srv/npuops-test/rt.key")
+
+
+def _request(port: int, prompt: str, *, key: str | None = KEY, tokens: int = 8) -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": tokens, "temperature": 0}).encode()
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers=headers)
+    try:
+        with DIRECT.open(request, timeout=120) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+    except OSError as exc:
+        return 0, {"error": str(exc)}
+
+
+def _run_requests(port: int, count: int, parallel: int = 8) -> list[int]:
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        return [code for code, _ in pool.map(lambda i: _request(port, f"request {i} says"), range(count))]
+
+
+def _served(port: int) -> float:
+    """Requests a replica finished, from its own /metrics (vLLM's counter)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": f"Bearer {KEY}"})
+    with DIRECT.open(request, timeout=30) as answer:
+        text = answer.read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([\d.e+]+)$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def port() -> int:
+    # The router's port, the replicas' (port+1, port+2) and the router's metrics port (port+3).
+    while True:
+        base = free_port()
+        if base < 65000 and all(free_port_is(base + i) for i in range(1, 4)):
+            return base
+
+
+def free_port_is(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _parts(node: ServingNode) -> dict[str, dict[str, Any]]:
+    now = status(node, NAME)
+    return {p["name"]: p for p in now.get("parts", [])}
+
+
+def test_launch_puts_a_router_in_front_of_two_replicas(serving_node: ServingNode, port: int) -> None:
+    node = serving_node
+    key_file = node.systemd.root / KEY_FILE.relative_to("/")
+    key_file.write_text(KEY + "\n")
+    os.chmod(key_file, 0o600)
+    done = node.launch(NAME, port, "--dp", "2", "--api-key-file", str(KEY_FILE), "--json", timeout=1500)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], (report, done.stderr[-4000:])
+    assert [i["name"] for i in report["instances"]] == [f"{NAME}-r0", f"{NAME}-r1", NAME]
+    assert report["instances"][-1]["url"] == f"http://127.0.0.1:{port}"
+
+    router_unit = f"npuops-{NAME}-router.service"
+    assert node.systemd.unit_property(router_unit, "ActiveState") == "active"
+    security = node.systemd.run(["systemd-analyze", "security", "--no-pager", router_unit])
+    score = re.search(r"Overall exposure level for \S+: ([\d.]+)", security.stdout)
+    assert score and float(score.group(1)) <= 2.0, security.stdout[-2000:]
+    # The replicas listen on loopback behind the router, on the ports after it.
+    for index in range(2):
+        config = (node.systemd.root / f"etc/npuops/{NAME}-r{index}/vllm.yaml").read_text()
+        assert 'host: "127.0.0.1"' in config and f"port: {port + 1 + index}" in config, config
+
+    now = status(node, NAME)
+    assert now["state"] == "healthy" and now["role"] == "router" and now["metrics_port"] == port + 3, now
+    assert sorted(_parts(node)) == [f"{NAME}-r0", f"{NAME}-r1"]
+
+
+def test_the_key_is_required_at_the_endpoint_and_on_no_command_line(serving_node: ServingNode, port: int) -> None:
+    node = serving_node
+    assert _request(port, "no key", key=None)[0] == 401
+    assert _request(port, "wrong key", key="not-the-key")[0] == 401
+    assert _request(port + 1, "a replica without the key", key=None)[0] == 401
+    code, answer = _request(port, "with the key")
+    assert code == 200 and answer["usage"]["completion_tokens"] == 8
+    router_pid = int(node.systemd.unit_property(f"npuops-{NAME}-router.service", "MainPID"))
+    for line in node.systemd.check(["ps", "-eo", "pid,args", "--no-headers"]).splitlines():
+        assert KEY not in line, line
+    assert router_pid > 0
+    journal = node.systemd.check(["journalctl", "--no-pager", "--output", "cat"])
+    assert KEY not in journal
+
+
+def test_requests_through_the_endpoint_reach_both_replicas(serving_node: ServingNode, port: int) -> None:
+    before = [_served(port + 1), _served(port + 2)]
+    codes = _run_requests(port, 32)
+    assert codes == [200] * 32, codes
+    after = [_served(port + 1), _served(port + 2)]
+    gained = [a - b for a, b in zip(after, before, strict=True)]
+    assert sum(gained) == 32 and all(g > 0 for g in gained), gained
+    routed = status(serving_node, NAME)["metrics"]["workers"]
+    assert all(w["requests"] and w["healthy"] for w in routed.values()), routed
+
+
+def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: ServingNode, port: int) -> None:
+    node = serving_node
+    unit = f"npuops-{NAME}-r1.service"
+    restarts = int(node.systemd.unit_property(unit, "NRestarts"))
+    engine = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}-r1/supervisor.json").read_text())["engine_pid"]
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.extend(_run_requests(port, 60, parallel=4)))
+    runner.start()
+    time.sleep(1.0)
+    node.systemd.check(["kill", "-KILL", str(engine)])
+    runner.join(timeout=600)
+    ok = codes.count(200)
+    print(f"replica killed mid-run: {ok} of {len(codes)} requests through the endpoint succeeded")  # for -rA
+    assert len(codes) == 60 and ok >= 54, codes
+    # systemd restarts the replica; the router puts it back once its /health answers.
+    wait_for("r1 restarted", lambda: int(node.systemd.unit_property(unit, "NRestarts")) > restarts, 120)
+    wait_for("all healthy again", lambda: status(node, NAME)["state"] == "healthy", 400, poll=3)
+    before = _served(port + 2)
+    wait_for("r1 serves again", lambda: _run_requests(port, 8) and _served(port + 2) > before, 120, poll=2)
+
+
+def test_status_logs_and_stop_see_every_part(serving_node: ServingNode, port: int) -> None:
+    node = serving_node
+    text = node.npuops("status", NAME).stdout
+    assert "router" in text and f"{NAME}-r0" in text and f"{NAME}-r1" in text, text
+    assert "1 restart(s)" in text, text
+    listed = json.loads(node.npuops("status", "--json").stdout)["instances"]
+    assert NAME in [i["name"] for i in listed] and f"{NAME}-r0" not in [i["name"] for i in listed]
+
+    router_log = json.loads(node.npuops("logs", NAME, "--part", "router", "--json", "-n", "400").stdout)
+    assert any("Starting router" in line or "Router ready" in line for line in router_log["lines"]), router_log
+    replica_log = json.loads(node.npuops("logs", NAME, "--part", "r1", "--json").stdout)
+    assert replica_log["units"] and f"npuops-{NAME}-r1.service" in replica_log["units"]
+    bad = node.npuops("logs", NAME, "--part", "r7")
+    assert bad.returncode != 0 and "r7" in bad.stderr and "Traceback" not in bad.stderr
+
+    done = node.npuops("stop", NAME, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
+    for unit in (f"npuops-{NAME}-router.service", f"npuops-{NAME}-r0.service", f"npuops-{NAME}-r1.service"):
+        assert node.systemd.unit_property(unit, "ActiveState") in ("inactive", "failed"), unit
