@@ -3,7 +3,8 @@
 Pure parts: `classify_package` reads kind, chip, version and architecture from a vendor file name (the patterns and
 their real-world variants are in ascend-facts.md §3), and `parse_sha256sums`/`render_sha256sums` handle the
 `sha256sum` format. `index_packages` writes a manifest; `verify_packages` refuses a directory whose files do not
-match theirs, before any host is touched.
+match theirs, before any host is touched. `missing_wheels` says which pinned requirements a wheelhouse cannot serve
+(the hosts install from it with --no-index, so it must hold them all).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kernels", re.compile(rf"^Ascend-cann-(?P<chip>[0-9a-z]+)-ops_(?P<version>[^_]+)_{_ARCH}\.run$")),
     ("nnal", re.compile(rf"^Ascend-cann-nnal_(?P<version>[^_]+)_{_ARCH}\.run$")),
 )
+# A wheel's file name (PEP 427): distribution-version(-build)?-python-abi-platform.whl.
+_WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+# A requirement npuops can match against file names: a bare name or name==version (no extras, markers, wildcards).
+_PIN = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*(?P<version>[A-Za-z0-9.+!_-]+))?\s*$")
 _SUM_LINE = re.compile(r"^(?P<digest>[0-9a-fA-F]{64}) [ *](?P<name>.+)$")
 
 
@@ -161,3 +166,55 @@ def verify_packages(directory: Path, *, arch: str | None = None, kinds: Iterable
         raise BadInputError(f"{manifest} lists {missing_listed[0]} but the file is missing",
                             f"restore it, or re-run `npuops packages index {directory}`")
     return PackageSet(directory, chosen, tuple(wheels))
+
+
+# --- wheels ------------------------------------------------------------------------------------------------------
+
+def canonical_name(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503): vllm_router, vllm-router and Vllm.Router are one."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_distribution(filename: str) -> tuple[str, str] | None:
+    """(canonical name, version) from a wheel's file name; None for a name that is not a wheel's."""
+    match = _WHEEL.match(filename)
+    return (canonical_name(match.group("name")), match.group("version").lower()) if match else None
+
+
+def _serves(wheel: tuple[str, str], name: str, version: str | None) -> bool:
+    wheel_name, wheel_version = wheel
+    if wheel_name != name:
+        return False
+    # ==2.5.1 also takes a local build (2.5.1+cpu), as pip does; ==2.5.1+cpu only that build.
+    return version is None or wheel_version == version or ("+" not in version
+                                                             and wheel_version.split("+", 1)[0] == version)
+
+
+def missing_wheels(requirements: Iterable[str], wheels: Iterable[Path | str]) -> list[str]:
+    """The requirements (bare names or name==version) no wheel in the list serves, in their order. A requirement
+    npuops cannot match against file names (extras, markers, ranges, a file) is left to pip on the host."""
+    served = [d for d in (wheel_distribution(Path(w).name) for w in wheels) if d is not None]
+    missing = []
+    for requirement in requirements:
+        match = _PIN.match(requirement)
+        if match is None:
+            continue
+        name, version = canonical_name(match.group("name")), match.group("version")
+        if not any(_serves(wheel, name, version.lower() if version else None) for wheel in served):
+            missing.append(requirement.strip())
+    return missing
+
+
+def check_wheelhouse(packages: PackageSet, requirements: Iterable[str]) -> None:
+    """Refuse (BadInputError) a packages directory with wheels that lacks one for a requirement: the hosts install
+    from the wheelhouse alone (--no-index), so pip would fail there, after the run has started."""
+    if not packages.wheels:
+        return  # no wheelhouse: the hosts install from the index
+    missing = missing_wheels(requirements, packages.wheels)
+    if missing:
+        directory = packages.directory
+        raise BadInputError(
+            f"the wheelhouse {directory} has no wheel for {', '.join(missing)} (with wheels in --packages the hosts "
+            "install from it alone, with --no-index)",
+            f"add them and their dependencies (`pip download -d {directory} {' '.join(missing)}`, for the hosts' "
+            f"Python and platform), then run `npuops packages index {directory}`")

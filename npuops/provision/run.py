@@ -19,7 +19,7 @@ from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import HostResult, PlaybookRun
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.versions import parse_ascend_version
-from npuops.provision.packages import PackageSet, verify_packages
+from npuops.provision.packages import PackageSet, check_wheelhouse, verify_packages
 
 PLAYBOOK = "provision.yml"
 ROLES = ("preflight", "users", "driver", "cann", "environment", "python", "tuning", "verify")
@@ -56,6 +56,18 @@ def stack_pins(row: Mapping[str, Any]) -> list[str]:
     return pins
 
 
+def router_requirement() -> str:
+    """The router `npuops launch` puts in front of a model's replicas, pinned (compat.toml [router])."""
+    return f"vllm-router=={load_data_toml('compat.toml')['router']['vllm_router']}"
+
+
+def wanted_requirements(options: ProvisionOptions, row: Mapping[str, Any] | None) -> list[str]:
+    """What the python role installs that npuops knows on the controller: the row's pins (when npuops chose the row)
+    and the router (unless the run's extravars empty npuops_router_requirement)."""
+    router = str(options.extravars.get("npuops_router_requirement", router_requirement()) or "")
+    return (stack_pins(row) if row is not None else []) + ([router] if router else [])
+
+
 def choose_row(stack: str | None, cann_version: str | None) -> dict[str, Any] | None:
     """The row named by --stack (its vllm-ascend version), else the newest row for the CANN being installed."""
     rows = stack_rows()
@@ -80,6 +92,8 @@ def build_extravars(options: ProvisionOptions, packages: PackageSet | None, row:
                             for kind, p in (packages.packages.items() if packages else ())},
         "npuops_allow_reboot": options.allow_reboot,
         "npuops_hardware_check": options.hardware_check,
+        # The python role's default npuops_router_requirement; an inventory may empty it for a host.
+        "npuops_router_pin": router_requirement(),
     }
     if options.install_path is not None:
         extravars["npuops_install_path"] = str(options.install_path)
@@ -100,6 +114,8 @@ def plan_provision(options: ProvisionOptions) -> tuple[PackageSet | None, dict[s
     packages = verify_packages(options.packages_dir, arch=options.arch) if options.packages_dir else None
     toolkit = packages.packages.get("toolkit") if packages else None
     row = choose_row(options.stack, toolkit.file.version if toolkit else None)
+    if packages is not None and "python" in roles:
+        check_wheelhouse(packages, wanted_requirements(options, row))
     # Without a row the python role stops on the hosts that have none set in the inventory (npuops_stack_pins).
     return packages, row, roles
 

@@ -11,15 +11,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError
 from npuops.provision.packages import (
     classify_package,
     index_packages,
+    missing_wheels,
     parse_sha256sums,
     render_sha256sums,
     verify_packages,
+    wheel_distribution,
 )
-from npuops.provision.run import choose_row, stack_pins
+from npuops.provision.run import (
+    ProvisionOptions,
+    build_extravars,
+    choose_row,
+    plan_provision,
+    router_requirement,
+    stack_pins,
+)
+from tests.support.npuops_cli import npuops
+from tests.support.paths import REPO
 
 # Real file names (ascend-facts.md §3, and the download lists of vllm-ascend's docs for 8.0.RC2/8.2.RC1).
 NAMES = {
@@ -128,3 +140,89 @@ def test_stack_rows() -> None:
     assert choose_row(None, None) is None and choose_row(None, "1.0.0") is None
     with pytest.raises(BadInputError, match="no stack row"):
         choose_row("0.0.1", None)
+
+
+# --- the wheelhouse: every pinned requirement npuops knows must have its wheel there (--no-index) ----------------
+
+ROUTER_WHEEL = "vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    (ROUTER_WHEEL, ("vllm-router", "0.1.17")),
+    ("torch_npu-2.5.1.post1-cp311-cp311-manylinux_2_17_aarch64.whl", ("torch-npu", "2.5.1.post1")),
+    ("torch-2.5.1+cpu-cp311-cp311-linux_x86_64.whl", ("torch", "2.5.1+cpu")),
+    ("npuops-0.1.0-py3-none-any.whl", ("npuops", "0.1.0")),
+    ("Vllm_Ascend-0.9.1-1-cp311-cp311-linux_aarch64.whl", ("vllm-ascend", "0.9.1")),  # a build tag
+    ("npuops-0.1.0.tar.gz", None), ("README.whl", None),
+])
+def test_wheel_file_names(name: str, expected: tuple[str, str] | None) -> None:
+    assert wheel_distribution(name) == expected
+
+
+def test_missing_wheels_by_name_and_exact_version() -> None:
+    wheels = [ROUTER_WHEEL, "torch-2.5.1+cpu-cp311-cp311-linux_x86_64.whl", "npuops-0.1.0-py3-none-any.whl"]
+    assert missing_wheels(["vllm-router==0.1.17", "vllm_router == 0.1.17", "VLLM.Router", "npuops"], wheels) == []
+    assert missing_wheels(["vllm-router==0.1.18"], wheels) == ["vllm-router==0.1.18"]
+    assert missing_wheels(["torch==2.5.1", "torch==2.5.1+cpu"], wheels) == []  # a local build serves ==2.5.1
+    assert missing_wheels(["torch==2.5.1+cu121", "torch-npu==2.5.1", "vllm"], wheels) == [
+        "torch==2.5.1+cu121", "torch-npu==2.5.1", "vllm"]
+    # What npuops cannot match against file names is pip's to judge on the host.
+    assert missing_wheels(["vllm>=0.9", "vllm[audio]==0.9.1", "x; python_version<'3'", "dist/x.whl"], wheels) == []
+
+
+def test_the_router_pin_is_compat_toml_s_and_reaches_the_role() -> None:
+    version = load_data_toml("compat.toml")["router"]["vllm_router"]
+    assert router_requirement() == f"vllm-router=={version}"
+    options = ProvisionOptions(inventory=["localhost"], artifacts_dir=Path("/nonexistent"))
+    assert build_extravars(options, None, None, ["python"])["npuops_router_pin"] == router_requirement()
+    assert f"`{router_requirement()}`" in (REPO / "README.md").read_text()  # the provision section says which
+
+
+def _wheelhouse(tmp_path: Path, *names: str) -> Path:
+    d = tmp_path / "wheelhouse"
+    d.mkdir()
+    for name in names:
+        (d / name).write_bytes(b"PK wheel")
+    index_packages(d)
+    return d
+
+
+def _plan(packages: Path, **options: object) -> None:
+    plan_provision(ProvisionOptions(inventory=["localhost"], artifacts_dir=Path("/nonexistent"),
+                                    packages_dir=packages, **options))  # type: ignore[arg-type]
+
+
+def test_a_wheelhouse_without_the_router_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    d = _wheelhouse(tmp_path, "npuops-0.1.0-py3-none-any.whl")
+    with pytest.raises(BadInputError) as refused:
+        _plan(d)
+    assert router_requirement() in refused.value.problem and "--no-index" in refused.value.problem
+    assert f"pip download -d {d} {router_requirement()}" in refused.value.fix
+    assert f"npuops packages index {d}" in refused.value.fix
+    _plan(d, tags=("cann", "environment"))  # the python role does not run: no wheel is wanted
+    _plan(d, extravars={"npuops_router_requirement": ""})  # no router wanted (a fleet that serves nothing)
+
+
+def test_a_wheelhouse_with_the_router_passes_and_the_row_s_pins_are_checked_alike(tmp_path: Path) -> None:
+    router = f"vllm_router-{router_requirement().split('==')[1]}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    d = _wheelhouse(tmp_path, "npuops-0.1.0-py3-none-any.whl", router)
+    _plan(d)
+    with pytest.raises(BadInputError, match=r"no wheel for torch==2\.5\.1, torch-npu==2\.5\.1\.post1, vllm==0\.9\.1, "
+                                            r"vllm-ascend==0\.9\.1 \("):
+        _plan(d, stack="0.9.1")
+
+
+def test_packages_without_wheels_install_from_the_index(tmp_path: Path) -> None:
+    d = _package_dir(tmp_path)
+    (d / "npuops-0.1.0-py3-none-any.whl").unlink()
+    index_packages(d)
+    _plan(d, arch="x86_64", stack="0.9.1")  # no wheelhouse: nothing to check on the controller
+
+
+def test_the_cli_refuses_a_wheelhouse_without_the_router_in_one_line(tmp_path: Path) -> None:
+    d = _wheelhouse(tmp_path, "npuops-0.1.0-py3-none-any.whl")
+    proc = npuops("provision", "--host", "localhost", "--packages", str(d), "--tags", "python",
+                  "--artifacts", str(tmp_path / "artifacts"))
+    assert proc.returncode == 3, proc.stderr
+    assert router_requirement() in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "artifacts").exists()  # refused before ansible-runner ran

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from npuops.provision.run import router_requirement
 from tests.support.npuops_cli import npuops, package_dir
 from tests.support.paths import REPO
 from tests.support.provision_target import CANN, NOT_PYTHON, Target
@@ -123,18 +124,23 @@ def test_a_node_from_nothing_to_converged_and_back(built: dict[str, Path], tmp_p
 
 
 def test_the_python_role_builds_the_serving_venv_from_a_wheelhouse(tmp_path: Path) -> None:
-    """Air-gapped: the wheelhouse (--packages with wheels and SHA256SUMS) holds npuops and everything it needs; the
-    role makes the venv, installs with --no-index, runs pip check and a smoke import, and the verify role then runs
-    the freshly installed npuops's doctor on the host.
+    """Air-gapped: the wheelhouse (--packages with wheels and SHA256SUMS) holds npuops, the router (vllm-router at
+    compat.toml's pin) and everything they need; the role makes the venv, installs with --no-index, runs pip check
+    and a smoke import (the router's Rust extension too), and the verify role then runs the freshly installed
+    npuops's doctor on the host.
 
     The row here is empty (npuops_stack_pins: [] in the inventory): a real row (torch, torch_npu, vllm,
     vllm-ascend) cannot be installed on a machine without CANN, where torch_npu does not even import.
     """
     wheelhouse = tmp_path / "wheelhouse"
+    router = router_requirement()  # e.g. vllm-router==0.1.17
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w",
-                            str(wheelhouse), str(REPO)], capture_output=True, text=True, timeout=900, check=False)
+                            str(wheelhouse), str(REPO), router], capture_output=True, text=True, timeout=900,
+                           check=False)
     assert built.returncode == 0, built.stderr[-3000:]
     assert any(p.name.startswith("npuops-") for p in wheelhouse.glob("*.whl"))
+    assert list(wheelhouse.glob("vllm_router-*.whl")), sorted(p.name for p in wheelhouse.iterdir())
+    # (Without the router's wheel the run is refused on the controller: test_packages.py, no Ansible needed.)
     assert npuops("packages", "index", str(wheelhouse)).returncode == 0
 
     target = Target(tmp_path / "node")
@@ -145,7 +151,13 @@ def test_the_python_role_builds_the_serving_venv_from_a_wheelhouse(tmp_path: Pat
     rc, host, _ = target.provision(wheelhouse, "--tags", "python,verify")
     assert rc == 0 and host["status"] == "ok", (host["message"], host.get("failed_task"))
     assert (venv / "bin/npuops").exists()
-    assert "npuops" in host["versions"]["python_stack"]["after"]
+    stack = host["versions"]["python_stack"]
+    assert "npuops" in stack["after"]
+    assert stack["after"].get("vllm-router") == router.split("==")[1] and "vllm-router" not in stack["before"], stack
+    # The router imports from the serving venv, its Rust extension with it (the bare package imports without it).
+    imported = subprocess.run([str(venv / "bin/python"), "-c", "from vllm_router import Router; print(Router)"],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert imported.returncode == 0 and "Router" in imported.stdout, imported.stderr[-2000:]
     assert host["doctor"]["ok"] is not None and "total" in host["doctor"]  # the venv's npuops answered
 
     rc, host, _ = target.provision(wheelhouse, "--tags", "python,verify")
