@@ -251,9 +251,20 @@ def make_model(work: Path) -> Path:
     return model
 
 
-def spawn_replica(processes: Processes, name: str, model: Path, port: int, extra: Sequence[str] = ()) -> Started:
+def replica_cores(index: int, count: int = 2) -> str | None:
+    """The cores replica `index` of `count` is bound to, as `npuops launch --dp N` binds them on the CPU engine
+    (VLLM_CPU_OMP_THREADS_BIND, npuops/plan/rules.py): an equal share each; None with fewer cores than replicas."""
+    share = (os.cpu_count() or 1) // count
+    return f"{index * share}-{(index + 1) * share - 1}" if share >= 1 else None
+
+
+def spawn_replica(processes: Processes, name: str, model: Path, port: int, extra: Sequence[str] = (),
+                  cores: str | None = None) -> Started:
     argv = [str(vllm_binary()), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS, *extra]
-    return processes.spawn(name, argv, engine_env())
+    env = engine_env()
+    if cores is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+    return processes.spawn(name, argv, env)
 
 
 def spawn_router(processes: Processes, name: str, worker_urls: Sequence[str], policy: str, port: int,
@@ -639,7 +650,8 @@ def main() -> int:
         model = args.model or make_model(work)
         prompts = PromptMaker(model, args.seed)
         replica_ports = free_ports(2)
-        replicas = [spawn_replica(processes, f"replica{i}", model, port) for i, port in enumerate(replica_ports)]
+        replicas = [spawn_replica(processes, f"replica{i}", model, port, cores=replica_cores(i))
+                    for i, port in enumerate(replica_ports)]
         replica_urls = [f"http://127.0.0.1:{port}" for port in replica_ports]
         print(f"starting 2 replicas of {model} ...", flush=True)
         print(f"  healthy in {wait_healthy(list(zip(replicas, replica_urls, strict=True))):.1f} s", flush=True)

@@ -72,6 +72,7 @@ from router_overhead import (
     print_prefix_summary,
     print_throughput_summary,
     ratio,
+    replica_cores,
     rotated,
     router_decisions,
     run_batch,
@@ -221,12 +222,16 @@ def main() -> int:
         model = args.model or make_model(work)
         prompts = PromptMaker(model, args.seed)
         port0, port1, native_port, native_rpc_port = free_ports(4)
-        replicas = [spawn_replica(processes, f"replica{i}", model, port) for i, port in enumerate((port0, port1))]
+        replicas = [spawn_replica(processes, f"replica{i}", model, port, cores=replica_cores(i))
+                    for i, port in enumerate((port0, port1))]
         replica_urls = [f"http://127.0.0.1:{port}" for port in (port0, port1)]
         # One API server, two engine cores; the RPC port is only used across nodes, but its default (29550) may be
         # taken on a shared machine.
+        # Its two engine cores on the same cores as the two replicas (vLLM maps DP rank N to the N-th "|" list).
+        native_cores = "|".join(c for c in (replica_cores(0), replica_cores(1)) if c) or None
         native = spawn_replica(processes, "native-dp2", model, native_port,
-                               ("--data-parallel-size", "2", "--data-parallel-rpc-port", str(native_rpc_port)))
+                               ("--data-parallel-size", "2", "--data-parallel-rpc-port", str(native_rpc_port)),
+                               cores=native_cores if native_cores and "|" in native_cores else None)
         native_url = f"http://127.0.0.1:{native_port}"
         print("starting 2 replicas and a --data-parallel-size 2 server ...", flush=True)
         healthy_s = wait_healthy([*zip(replicas, replica_urls, strict=True), (native, native_url)])

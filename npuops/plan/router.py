@@ -18,15 +18,18 @@ from dataclasses import dataclass, fields
 from npuops.plan.inputs import ROUTER_POLICIES
 
 # The default policy and why, from the measurements in the README ("One endpoint per model"): on the CPU engine
-# with two replicas, cache_aware kept round robin's throughput on unrelated prompts and sent requests that share
-# a prefix to the replica holding it.
-DEFAULT_POLICY = "cache_aware"
-DEFAULT_POLICY_WHY = ("requests that share a prompt prefix (a system prompt, a few-shot header, a chat history) go "
-                      "to the replica whose prefix cache holds it, while unrelated requests are balanced by load; "
-                      "benchmarks/router_overhead.py measures it against round_robin (README)")
+# with two replicas, round_robin matched cache_aware's prefix-cache hit rate on a shared-prefix workload with 0.77x
+# its TTFT, while cache_aware sent up to 3 of 4 requests to one replica at 16 in flight (its load balancing starts
+# only past 64 requests of difference).
+DEFAULT_POLICY = "round_robin"
+DEFAULT_POLICY_WHY = ("each replica in turn: even load at any concurrency; measured against cache_aware on two "
+                      "replicas (benchmarks/router_overhead.py, README), it kept the same prefix-cache hit rate with "
+                      "lower TTFT, where cache_aware piled requests onto one replica")
 _POLICY_WHY = {
-    "round_robin": "each replica in turn: even load for requests of similar length, no prefix-cache affinity",
-    "cache_aware": DEFAULT_POLICY_WHY,
+    "round_robin": DEFAULT_POLICY_WHY,
+    "cache_aware": ("a request to the replica whose prefix cache holds the longest part of its prompt, balanced by "
+                    "load only past 64 requests of difference: for many long shared prefixes (system prompts, "
+                    "chat histories) that do not fit every replica's cache"),
     "power_of_two": "the less loaded of two replicas picked at random: for requests of very different lengths",
     "consistent_hash": "the same session key always to the same replica",
     "random": "a replica at random",

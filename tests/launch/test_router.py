@@ -184,3 +184,10 @@ def test_status_lists_replicas_under_their_router(tiny: Path) -> None:
     assert [r.name for r in top_level(records)] == ["m"]
     alone = [records[0]]  # a replica whose router record is gone is shown on its own
     assert top_level(alone) == alone
+
+
+def test_the_test_engine_runs_the_router_version_provisioning_installs() -> None:
+    from npuops.provision.run import router_requirement
+
+    script = (REPO / "scripts" / "engine-venv.sh").read_text()
+    assert f'ROUTER_SPEC="{router_requirement()}"' in script
