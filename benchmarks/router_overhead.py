@@ -199,6 +199,17 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, ""
 
 
+def finish(processes: Processes, work: Path, *, keep: bool) -> None:
+    """Stop everything the run started; keep the work directory (logs, model) only when asked or after an error."""
+    processes.stop_all()
+    if keep:
+        print(f"work directory (logs, model): {work}")
+    else:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def wait_healthy(servers: Sequence[tuple[Started, str]], timeout: float = HEALTH_TIMEOUT_S) -> float:
     """Wait until every (process, base URL) answers GET /health with 200; seconds waited. Raises if one exits."""
     started_at = time.perf_counter()
@@ -705,13 +716,7 @@ def main() -> int:
         args.keep = True
         return 1
     finally:
-        processes.stop_all()
-        if args.keep:
-            print(f"work directory (logs, model): {work}")
-        else:
-            import shutil
-
-            shutil.rmtree(work, ignore_errors=True)
+        finish(processes, work, keep=args.keep)
 
     print()
     print("summary: vllm-router (Rust) in front of 2 vLLM CPU replicas of the tiny model; medians over "

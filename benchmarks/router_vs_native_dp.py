@@ -65,6 +65,7 @@ from router_overhead import (
     check_engine_python,
     client_session,
     errors_text,
+    finish,
     free_ports,
     install_signal_handlers,
     make_model,
@@ -319,13 +320,7 @@ def main() -> int:
         args.keep = True
         return 1
     finally:
-        processes.stop_all()
-        if args.keep:
-            print(f"work directory (logs, model): {work}")
-        else:
-            import shutil
-
-            shutil.rmtree(work, ignore_errors=True)
+        finish(processes, work, keep=args.keep)
 
     print()
     print(f"summary: vllm-router over 2 `vllm serve` replicas (rr, ca) versus one `vllm serve --data-parallel-size 2` "
