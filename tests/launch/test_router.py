@@ -191,3 +191,19 @@ def test_the_test_engine_runs_the_router_version_provisioning_installs() -> None
 
     script = (REPO / "scripts" / "engine-venv.sh").read_text()
     assert f'ROUTER_SPEC="{router_requirement()}"' in script
+
+
+def test_the_cli_plans_dp_and_refuses_it_in_the_foreground(tiny: Path) -> None:
+    from tests.support.npuops_cli import npuops
+
+    planned = npuops("plan", str(tiny), "--hardware", "cpu", "--dp", "2", "--router-policy", "cache_aware", "--json")
+    assert planned.returncode == 0, planned.stderr
+    data = json.loads(planned.stdout)
+    assert data["config"]["replica_mode"] == "2 replicas behind one router"
+    assert data["router"]["policy"] == "cache_aware"
+    bad = npuops("plan", str(tiny), "--hardware", "cpu", "--dp", "0")
+    assert bad.returncode != 0 and "--dp" in bad.stderr and "Traceback" not in bad.stderr
+    foreground = npuops("launch", str(tiny), "--hardware", "cpu", "--dp", "2", "--foreground",
+                        "--kv-cache-memory-bytes", "268435456")
+    assert foreground.returncode != 0 and "drop --dp" in foreground.stderr, foreground.stderr
+    assert "Traceback" not in foreground.stderr
