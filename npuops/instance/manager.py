@@ -139,6 +139,10 @@ class SystemdManager:
     def enable(self, unit: str) -> None:
         self._checked("enable", unit)
 
+    def disable(self, unit: str) -> None:
+        # A unit already gone or never enabled is no error: the point is that it does not start at boot.
+        self._run("disable", unit)
+
     def start_command(self, unit: str) -> list[str]:
         """`systemctl start --no-block UNIT`: returns at once with real systemd; launch follows the progress."""
         return [*self.systemctl, "start", "--no-block", unit]

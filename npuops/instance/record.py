@@ -6,6 +6,7 @@ It holds no secret (the API key stays in the 0600 env file), so it is world-read
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -225,6 +226,15 @@ def load_record(state_dir: Path, name: str) -> InstanceRecord:
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is not an npuops instance record", "re-create it with `npuops launch`")
     return InstanceRecord.from_json(data, str(path))
+
+
+def remove_instance_dir(state_dir: Path, name: str) -> None:
+    """An instance's directory (record, config, env file) once no launch installs it any more."""
+    directory = state_dir / validate_instance_name(name)
+    for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE):
+        (directory / entry).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only when nothing else (an operator's file) is left in it
 
 
 def list_records(state_dir: Path) -> list[InstanceRecord]:

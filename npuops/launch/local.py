@@ -20,11 +20,18 @@ from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import parse_env_file
 from npuops.errors import ExitCode
 from npuops.httpclient import base_url
-from npuops.instance.control import stop_foreground
+from npuops.instance.control import parts_of, stop_foreground
 from npuops.instance.endpoint import Completion, first_completion
 from npuops.instance.exit_statuses import unit_diagnosis
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, list_records, read_status, write_status
+from npuops.instance.record import (
+    MANAGER_SYSTEMD,
+    InstanceRecord,
+    list_records,
+    read_status,
+    remove_instance_dir,
+    write_status,
+)
 from npuops.instance.state import Diagnosis, Stage, SupervisorState
 from npuops.launch.install import (
     check_ports_free,
@@ -65,18 +72,35 @@ def stage_line(name: str, stage: str, detail: str, elapsed: float) -> str:
 
 def _stop_previous(records: Sequence[InstanceRecord], settings: Settings, manager: SystemdManager | None,
                    report: Reporter) -> None:
-    """A launch under a name already in use replaces that instance: stop it first."""
+    """A launch under a name already in use replaces that instance: stop it first. What the new launch does not
+    install again (a single engine's unit become a router's, a replica fewer) is also disabled and removed, or it
+    would come back at the next boot beside the new instance."""
     existing = {r.name: r for r in list_records(settings.state_dir)}
+    new_units = {r.unit for r in records}
+    new_names = {r.name for r in records}
     for record in records:
         old = existing.get(record.name)
         if old is None:
             continue
-        if old.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
-            if manager.state(old.unit).active_state in ("active", "activating", "reloading"):
-                report.progress(f"stopping the running {old.unit} to replace it")
-                manager.stop(old.unit, timeout=old.stop_timeout_s + 30)
-        elif not stop_foreground(old, old.stop_timeout_s + 10):
-            report.progress(f"note: the earlier foreground run of {old.name} did not stop")
+        for each in [old, *(parts_of(old) if old.is_router else [])]:
+            _stop_replaced(each, manager, report, drop=each.unit not in new_units,
+                           drop_record=each.name not in new_names, state_dir=settings.state_dir)
+
+
+def _stop_replaced(old: InstanceRecord, manager: SystemdManager | None, report: Reporter, *, drop: bool,
+                   drop_record: bool, state_dir: Path) -> None:
+    if old.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
+        if manager.state(old.unit).active_state in ("active", "activating", "reloading"):
+            report.progress(f"stopping the running {old.unit} to replace it")
+            manager.stop(old.unit, timeout=old.stop_timeout_s + 30)
+        if drop:
+            report.progress(f"removing {old.unit}: the new launch of {old.behind or old.name} has no such unit")
+            manager.disable(old.unit)
+            manager.remove_unit(old.unit)
+    elif not stop_foreground(old, old.stop_timeout_s + 10):
+        report.progress(f"note: the earlier foreground run of {old.name} did not stop")
+    if drop_record:
+        remove_instance_dir(state_dir, old.name)
 
 
 def _summary(record: InstanceRecord, seconds: float, completion: Completion, api_key: str | None) -> list[str]:

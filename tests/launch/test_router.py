@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +208,55 @@ def test_the_cli_plans_dp_and_refuses_it_in_the_foreground(tiny: Path) -> None:
                         "--kv-cache-memory-bytes", "268435456")
     assert foreground.returncode != 0 and "drop --dp" in foreground.stderr, foreground.stderr
     assert "Traceback" not in foreground.stderr
+
+
+class _RecordingManager:
+    """Answers like systemd for units it was told are running, and records what launch asks of it. Only the
+    bookkeeping of a re-launch is tested here; tests/systemd/test_router.py runs the units under real systemd."""
+
+    def __init__(self, running: set[str]) -> None:
+        self.running = running
+        self.calls: list[tuple[str, str]] = []
+
+    def unavailable_reason(self) -> None:
+        return None
+
+    def state(self, unit: str) -> Any:
+        from npuops.instance.manager import UnitState
+
+        active = "active" if unit in self.running else "inactive"
+        return UnitState(active, "running" if active == "active" else "dead", None, "", 0, "success", "enabled",
+                         "loaded")
+
+    def _record(self, verb: str, unit: str, **_: object) -> None:
+        self.calls.append((verb, unit))
+        self.running.discard(unit)
+
+    def stop(self, unit: str, timeout: float | None = None) -> None:
+        self._record("stop", unit)
+
+    def disable(self, unit: str) -> None:
+        self._record("disable", unit)
+
+    def remove_unit(self, unit: str) -> None:
+        self._record("remove", unit)
+
+
+def test_relaunching_without_replicas_removes_the_router_and_replica_units(tiny: Path, tmp_path: Path) -> None:
+    from npuops.launch.install import write_instance
+    from npuops.launch.local import Reporter, _stop_previous
+    from npuops.settings import Settings
+
+    state_dir = tmp_path / "etc"
+    old = _rendered(tiny, state_dir=state_dir)
+    for instance in old:
+        write_instance(instance, state_dir, unit_dir_file=instance.unit_name)
+    units = {i.unit_name for i in old}
+    manager = _RecordingManager(set(units))
+    (single,) = render_instances(_cpu_plan(tiny), LaunchSpec(name="m", port=9100, state_dir=state_dir))
+    _stop_previous([single.record], Settings(state_dir=state_dir), manager, Reporter(as_json=True))  # type: ignore[arg-type]
+    assert {u for verb, u in manager.calls if verb == "stop"} == units
+    # The new launch installs npuops-m.service: the router's and the replicas' units would come back at boot.
+    assert {u for verb, u in manager.calls if verb == "remove"} == units
+    assert not (state_dir / "m-r0").exists() and not (state_dir / "m-r1").exists()
+    assert (state_dir / "m").is_dir()
