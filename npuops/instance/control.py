@@ -69,7 +69,7 @@ def stop_instance(record: InstanceRecord, manager: SystemdManager) -> bool:
     """Stop every part of the instance on this host, the engine before its Ray node, a router before the replicas
     behind it (the start order reversed); True once nothing of it runs. A foreground run is stopped through its
     supervisor."""
-    if record.is_router:
+    if record.replicas:
         # The endpoint first: no request is sent to a replica that is stopping.
         stopped = _stop_units(record, manager)
         return all([stopped, *(stop_instance(part, manager) for part in parts_of(record))])
@@ -102,16 +102,17 @@ def recent_logs(record: InstanceRecord, manager: SystemdManager, lines: int) -> 
 def select_part(record: InstanceRecord, part: str | None) -> list[InstanceRecord]:
     """The records `logs --part` reads: a router's own ("router"), one replica's ("r0", "r1", ...), or, without
     --part, the instance itself and (for a router) every replica behind it."""
-    parts = parts_of(record) if record.is_router else []
+    parts = parts_of(record)
     if part is None:
-        return [record, *parts]
-    if not record.is_router:
+        return [record, *parts] if record.units else parts
+    if not record.replicas:
         raise BadInputError(f"{record.name} has no parts: it is one engine, not a router in front of replicas",
                             "drop --part")
-    if part == "router":
+    if part == "router" and record.is_router:
         return [record]
     for replica in parts:
         if replica.name == f"{record.name}-{part}":
             return [replica]
-    names = ", ".join(["router", *(p.name.removeprefix(record.name + "-") for p in parts)])
+    names = ", ".join([*(["router"] if record.is_router else []), *(p.name.removeprefix(record.name + "-")
+                                                                     for p in parts)])
     raise BadInputError(f"{record.name} has no part {part!r}", f"use --part with one of {names}")

@@ -55,7 +55,10 @@ ROLE_ENGINE = "engine"
 ROLE_HEADLESS = "headless"
 ROLE_RAY_WORKER = "ray-worker"
 ROLE_ROUTER = "router"
-ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ROLE_ROUTER)
+# Over an inventory group (`--multinode replicas`), a host other than the router's holds only replicas: its record
+# of the instance has no unit of its own and names them ("replicas").
+ROLE_REPLICAS = "replicas"
+ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ROLE_ROUTER, ROLE_REPLICAS)
 # The router's command line (vllm-router's options, no secret) beside its record, instead of a vllm.yaml.
 ROUTER_CONFIG_FILE = "router.json"
 ROUTER_UNIT_SUFFIX = "-router"
@@ -112,6 +115,10 @@ class InstanceRecord:
         return self.role == ROLE_ROUTER
 
     @property
+    def is_replica_set(self) -> bool:
+        return self.role == ROLE_REPLICAS
+
+    @property
     def env_file(self) -> Path:
         return self.directory / ENV_FILE
 
@@ -141,7 +148,7 @@ class InstanceRecord:
     def units(self) -> list[str]:
         """This host's units of the instance, in start order (Ray before the engine)."""
         units = [self.ray_unit] if self.ray_unit else []
-        if self.runs_engine or self.is_router:
+        if self.runs_engine or self.is_router:  # a host's replica set has no unit of its own
             units.append(self.unit)
         return units
 

@@ -22,6 +22,7 @@ from npuops.instance.metrics import engine_figures, parse_prometheus, router_fig
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import (
     MANAGER_SYSTEMD,
+    ROLE_REPLICAS,
     ROLE_ROUTER,
     InstanceRecord,
     list_records,
@@ -116,7 +117,7 @@ class InstanceStatus:
         if self.cluster is not None:
             data["cluster"] = self.cluster.to_json()
             data["role"] = self.role
-        if self.role == ROLE_ROUTER:
+        if self.role in (ROLE_ROUTER, ROLE_REPLICAS):
             data["role"] = self.role
             data["metrics_port"] = self.metrics_port
             data["parts"] = [p.to_json() for p in self.parts]
@@ -188,8 +189,23 @@ def _journal_if_failed(manager: SystemdManager, unit_name: str, unit: UnitState)
     return manager.recent_log(unit_name, JOURNAL_LINES) if unit.active_state == "failed" else []
 
 
+def _replica_set_status(record: InstanceRecord, manager: SystemdManager | None, metrics_interval_s: float
+                        ) -> InstanceStatus:
+    """A host's replicas of a model whose router runs on another host: healthy when every one of them is."""
+    parts = _replica_statuses(record, manager, metrics_interval_s)
+    down = [p.name for p in parts if not p.healthy]
+    healthy = bool(parts) and not down
+    state = ("healthy" if healthy else "stopped" if all(p.state == "stopped" for p in parts)
+             else f"degraded ({', '.join(down)} not healthy)")
+    return InstanceStatus(name=record.name, state=state, healthy=healthy, manager=record.manager,
+                          url=base_url(record.host, record.port), model=record.served_model_name,
+                          role=ROLE_REPLICAS, parts=parts)
+
+
 def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, metrics_interval_s: float = 1.0,
                     ) -> InstanceStatus:
+    if record.is_replica_set:
+        return _replica_set_status(record, manager, metrics_interval_s)
     url = base_url(record.host, record.port)
     unit = None
     if record.manager == MANAGER_SYSTEMD and manager is not None and manager.unavailable_reason() is None:
@@ -337,7 +353,7 @@ def render_status_text(status: InstanceStatus) -> str:
             q = metrics[key]
             lines.append(f"  {label:<9} p50 {_fmt(q['p50'], 1000, ' ms')}, p90 {_fmt(q['p90'], 1000, ' ms')}, "
                          f"p99 {_fmt(q['p99'], 1000, ' ms')}")
-    if status.role == ROLE_ROUTER:
+    if status.role in (ROLE_ROUTER, ROLE_REPLICAS):
         lines += _router_lines(status)
     cluster = status.cluster
     if cluster:
@@ -363,14 +379,18 @@ def _router_lines(status: InstanceStatus) -> list[str]:
     metrics = status.metrics or {}
     workers = metrics.get("workers") or {}
     lines = [f"  router    {_fmt(metrics.get('requests_total'), digits=0)} request(s), "
-             f"{_fmt(metrics.get('errors_total'), digits=0)} error(s); metrics on 127.0.0.1:{status.metrics_port}"]
+             f"{_fmt(metrics.get('errors_total'), digits=0)} error(s); metrics on 127.0.0.1:{status.metrics_port}"
+             if status.role == ROLE_ROUTER else "  replicas  this host's, behind the router on the group's first host"]
     for part in status.parts:
         seen = workers.get(part.url, {})
         figures = part.metrics or {}
         restarts = part.unit_state.restarts if part.unit_state is not None else None
+        kv = f"KV {_fmt(figures.get('kv_cache_usage'), 100, '%')}, {restarts or 0} restart(s)"
+        if status.role != ROLE_ROUTER:  # the router that knows what it sends where is on another host
+            lines.append(f"  {part.name:<9} {part.state} on {part.url}: {kv}")
+            continue
         routed = "out (health checks fail)" if seen.get("healthy") is False else (
             "out (circuit open)" if seen.get("circuit_open") else "in")
         lines.append(f"  {part.name:<9} {part.state} on {part.url}: {routed}, "
-                     f"{_fmt(seen.get('requests'), digits=0)} request(s) routed, "
-                     f"KV {_fmt(figures.get('kv_cache_usage'), 100, '%')}, {restarts or 0} restart(s)")
+                     f"{_fmt(seen.get('requests'), digits=0)} request(s) routed, {kv}")
     return lines

@@ -28,11 +28,12 @@ from npuops.hardware.node import Node
 from npuops.instance.record import MANAGER_SYSTEMD
 from npuops.instance.status import InstanceStatus
 from npuops.launch.instance_files import LaunchSpec, read_api_key_file
-from npuops.launch.multinode import ClusterHost, HostPart, render_cluster
+from npuops.launch.multinode import ClusterHost, HostPart, render_cluster, render_replica_group
 from npuops.launch.prepare import LaunchChoices, exposure_note, vllm_executable
 from npuops.plan.inputs import PlanRequest
 from npuops.plan.request import plan_request, resolve_target
 from npuops.plan.result import Plan
+from npuops.plan.router import DEFAULT_POLICY, RouterOptions
 from npuops.settings import Settings
 from npuops.wire import WireFormatError
 
@@ -107,6 +108,11 @@ class GroupLaunch:
     endpoint_status: InstanceStatus | None = None
     staging: Path | None = None
     notes: list[str] = field(default_factory=list)
+    strategy: str | None = None  # "replicas"; None: the plan's cluster says (ray or dp)
+
+    @property
+    def strategy_name(self) -> str | None:
+        return self.strategy or (self.plan.cluster.strategy if self.plan.cluster else None)
 
     @property
     def ok(self) -> bool:
@@ -123,10 +129,9 @@ class GroupLaunch:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        cluster = self.plan.cluster
         return {
             "ok": self.ok, "name": self.name, "group": self.group,
-            "strategy": cluster.strategy if cluster else None,
+            "strategy": self.strategy_name,
             "hosts": self.host_results(),
             "endpoint": self.endpoint_status.to_json() if self.endpoint_status is not None else None,
             "artifacts": str(self.run.artifacts) if self.run is not None else None,
@@ -191,14 +196,14 @@ def network_peers(parts: Sequence[HostPart], hosts: Sequence[InventoryHost],
 
 def launch_extravars(name: str, group: str, parts: Sequence[HostPart], manifest: Mapping[str, Any], *,
                      service_user: str, cluster_wait_s: int, ready_wait_s: int,
-                     peers: Mapping[str, str] | None = None) -> dict[str, Any]:
+                     peers: Mapping[str, str] | None = None, strategy: str | None = None) -> dict[str, Any]:
     first = parts[0]
     return {
         "npuops_peers": dict(peers or {}),
         "npuops_group": group,
         "npuops_instance": name,
         "npuops_first_host": first.host.name,
-        "npuops_strategy": first.record.cluster.strategy if first.record.cluster is not None else None,
+        "npuops_strategy": strategy or (first.record.cluster.strategy if first.record.cluster is not None else None),
         "npuops_files": dict(manifest),
         "npuops_units": {p.host.name: list(p.units) for p in parts},
         "npuops_engine_unit": first.record.unit,
@@ -245,7 +250,8 @@ def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Pat
         run = run_playbook(
             LAUNCH_GROUP_PLAYBOOK, inventory=inventory, artifacts_dir=artifacts_dir, limit=launch.group,
             extravars=launch_extravars(launch.name, launch.group, launch.parts, manifest, service_user=service_user,
-                                       cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s, peers=peers),
+                                       cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s, peers=peers,
+                                       strategy=launch.strategy),
             forks=forks, on_event=on_event)
     finally:
         # The staged env files may hold the API key: nothing is left behind on the controller.
@@ -325,11 +331,13 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
     if request.hardware.strip().lower() == "auto":
         check_same_hardware(ordered)
     first = ordered[hosts[0].name]
-    sized = replace(request, nodes=len(hosts))
+    replicas = request.multinode == "replicas"
+    # Replicas behind a router: every host serves the one-node plan; otherwise one plan over all the hosts.
+    sized = replace(request, nodes=1, multinode="auto") if replicas else replace(request, nodes=len(hosts))
     plan = plan_request(settings, sized, target=resolve_target(settings, sized, node=first, host=first.host))
-    if plan.cluster is None:
+    if plan.cluster is None and not replicas:
         raise UsageError(f"the plan for {plan.model.served_name} uses one node of the group",
-                         "launch it on one host without -i, or ask for --multinode dp/ray")
+                         "launch it on one host without -i, or ask for --multinode dp/ray/replicas")
     api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
     vllm = vllm_executable(settings, choices.vllm)
     spec = LaunchSpec(
@@ -338,11 +346,18 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
         npuops_command=(str(hosts[0].vars.get("npuops_command") or settings.venv / "bin" / "npuops"),),
         state_dir=settings.state_dir, service_data_root=settings.service_data_root, manager=MANAGER_SYSTEMD,
         start_timeout_s=choices.start_timeout_s, watchdog_s=choices.watchdog_s, extra_env=dict(choices.extra_env))
-    # A new token per launch: Ray's token authentication, so only the group's own processes join the cluster.
-    parts = render_group(plan, spec, hosts, ordered, group=group.group, ray_command=(str(Path(vllm).parent / "ray"),),
-                         unit_dir=settings.unit_dir, ray_resources=group.ray_node_resources,
-                         ray_token=secrets.token_hex(32))
-    launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts)
+    if replicas:
+        router = plan.router or RouterOptions(policy=request.router_policy or DEFAULT_POLICY)
+        serving = [choose_serving_interface(h, ordered[h.name]) for h in hosts]
+        parts = render_replica_group(plan, router, spec, serving, unit_dir=settings.unit_dir,
+                                     env_files=(ASCEND_ENV_FILE,) if plan.rules.needs_cann else ())
+    else:
+        # A new token per launch: Ray's token authentication, so only the group's own processes join the cluster.
+        parts = render_group(plan, spec, hosts, ordered, group=group.group,
+                             ray_command=(str(Path(vllm).parent / "ray"),), unit_dir=settings.unit_dir,
+                             ray_resources=group.ray_node_resources, ray_token=secrets.token_hex(32))
+    launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts,
+                         strategy="replicas" if replicas else None)
     exposed = exposure_note(choices.host, api_key)
     if exposed:
         launch.notes.append(exposed)

@@ -23,6 +23,7 @@ from npuops.instance.record import (
     MANAGER_SYSTEMD,
     RECORD_FILE,
     ROLE_ENGINE,
+    ROLE_REPLICAS,
     ROLE_ROUTER,
     ROUTER_CONFIG_FILE,
     ROUTER_UNIT_SUFFIX,
@@ -33,6 +34,7 @@ from npuops.instance.record import (
 )
 from npuops.launch.render import render_template
 from npuops.plan.result import Plan
+from npuops.plan.router import RouterOptions
 from npuops.plan.rules import Replica
 from npuops.plan.server_options import ServerOptions
 from npuops.settings import DEFAULT_VENV
@@ -261,15 +263,27 @@ def replica_name(instance: str, index: int) -> str:
     return f"{instance}-r{index}"
 
 
-def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None) -> list[InstanceFiles]:
+@dataclass(frozen=True)
+class GroupRouting:
+    """One host's part of a model served by replicas on every host of a group behind one router on the first host
+    (`launch -i INVENTORY --group GROUP --multinode replicas`)."""
+
+    router: RouterOptions
+    replica_host: str  # the replicas bind the host's serving address: the router reaches them across hosts
+    backends: tuple[str, ...] | None = None  # on the router's host: every host's replica URLs; None elsewhere
+
+
+def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None = None,
+                     routing: GroupRouting | None = None) -> list[InstanceFiles]:
     """Files for each replica of the plan: a vLLM config, an environment file, the record and a systemd unit; with
     several replicas on this node, the router in front of them too (last: it starts once they answer).
 
-    `extras` makes them one host's part of a multi-node instance (one replica: the plan is the cluster's)."""
+    `extras` makes them one host's part of a multi-node instance (one replica: the plan is the cluster's);
+    `routing` one host's replicas of a group behind a router (the router itself on the first host)."""
     extras = extras or InstanceExtras()
     validate_instance_name(spec.name)
     replicas: tuple[Replica | None, ...] = plan.replicas or (None,)
-    routed = plan.router is not None and len(replicas) > 1
+    routed = routing is not None or (plan.router is not None and len(replicas) > 1)
     # Behind a router the replicas take the ports after the router's, then the router's metrics port.
     last_port = spec.port + len(replicas) + (1 if routed else -1)
     if not 1 <= spec.port <= 65535 or last_port > 65535:
@@ -277,10 +291,12 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
     model_arg = _model_argument(plan)
     instances = []
     for index, replica in enumerate(replicas):
-        name = spec.name if len(replicas) == 1 else replica_name(spec.name, index)
+        name = replica_name(spec.name, index) if routed or len(replicas) > 1 else spec.name
         # One replica's options are the plan's, with this replica's model path, address and port. Behind a
-        # router only the router is reached from outside: the replicas listen on loopback.
-        server = replace(plan.server, model=model_arg, host="127.0.0.1" if routed else spec.host,
+        # router only the router is reached from outside: the replicas listen on loopback (on the host's serving
+        # address when the router is on another host).
+        replica_host = routing.replica_host if routing is not None else "127.0.0.1"
+        server = replace(plan.server, model=model_arg, host=replica_host if routed else spec.host,
                          port=spec.port + index + (1 if routed else 0), **extras.server_changes)
         record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
         if routed:
@@ -290,9 +306,26 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
             FILE_MODES[CONFIG_FILE])
         instances.append(_render_files(record, spec, extras, config, _environment(plan, spec, extras, replica),
                                        _unit_variables(record, spec, extras)))
-    if routed:
-        instances.append(_render_router(plan, spec, [i.record for i in instances]))
+    records = [i.record for i in instances]
+    if routing is None and routed:
+        assert plan.router is not None
+        instances.append(_render_router(plan.router, spec, records,
+                                        tuple(base_url(r.host, r.port) for r in records)))
+    elif routing is not None and routing.backends is not None:
+        instances.append(_render_router(routing.router, spec, records, routing.backends))
+    elif routing is not None:
+        instances.append(_replica_set(spec, records, routing.replica_host))
     return instances
+
+
+def _replica_set(spec: LaunchSpec, replicas: Sequence[InstanceRecord], host: str) -> InstanceFiles:
+    """This host's record of the instance when the router is on another host: no unit, its replicas named."""
+    record = replace(replicas[0], name=spec.name, unit="", role=ROLE_REPLICAS, host=host, port=spec.port, devices=(),
+                     instance_dir=str(spec.state_dir / spec.name),
+                     status_file=str(spec.state_dir / spec.name / STATUS_FILE),
+                     replicas=tuple(r.name for r in replicas), behind=None)
+    text = json.dumps(record.to_json(), indent=2) + "\n"
+    return InstanceFiles(spec.name, (RenderedFile(RECORD_FILE, text, 0o644),), "", record)
 
 
 def _router_python(spec: LaunchSpec) -> str:
@@ -300,25 +333,25 @@ def _router_python(spec: LaunchSpec) -> str:
     return str(Path(spec.vllm_command[0]).parent / "python")
 
 
-def _render_router(plan: Plan, spec: LaunchSpec, replicas: Sequence[InstanceRecord]) -> InstanceFiles:
-    """The router in front of this node's replicas: on the instance's address, the unit after theirs."""
-    assert plan.router is not None
+def _render_router(router: RouterOptions, spec: LaunchSpec, replicas: Sequence[InstanceRecord],
+                   backends: tuple[str, ...]) -> InstanceFiles:
+    """The router in front of the replicas (`backends`: their URLs, on this host and, over a group, the others'):
+    on the instance's address, its unit after this host's replicas'."""
     first = replicas[0]
     name = spec.name
     data_dir = spec.service_data_root / f"npuops-{name}"
     status_dir = spec.state_dir / name if spec.manager == MANAGER_FOREGROUND else data_dir
     metrics_port = spec.port + len(replicas) + 1
-    backends = tuple(base_url(r.host, r.port) for r in replicas)
     record = replace(
         first, name=name, unit=f"npuops-{name}{ROUTER_UNIT_SUFFIX}{UNIT_SUFFIX}", host=spec.host, port=spec.port,
         devices=(), role=ROLE_ROUTER, vllm_command=(_router_python(spec), "-m", ROUTER_MODULE),
         instance_dir=str(spec.state_dir / name), status_file=str(status_dir / STATUS_FILE),
         replicas=tuple(r.name for r in replicas), backends=backends, metrics_port=metrics_port, behind=None)
-    argv = plan.router.argv(backends, host=spec.host, port=spec.port, metrics_host="127.0.0.1",
+    argv = router.argv(backends, host=spec.host, port=spec.port, metrics_host="127.0.0.1",
                             metrics_port=metrics_port, startup_timeout_s=first.timeout_start_s)
     config = RenderedFile(ROUTER_CONFIG_FILE, json.dumps({
-        "comment": f"vllm-router in front of {', '.join(record.replicas)}, rendered by npuops (policy "
-                   f"{plan.router.policy}: {plan.router.why})", "argv": argv}, indent=2) + "\n", 0o644)
+        "comment": f"vllm-router in front of {', '.join(backends)}, rendered by npuops (policy {router.policy}: "
+                   f"{router.why})", "argv": argv}, indent=2) + "\n", 0o644)
     # The router needs no model, chips or CANN: only the key it sends the replicas (VLLM_API_KEY).
     environment = {"VLLM_API_KEY": spec.api_key} if spec.api_key else {}
     variables = _unit_variables(record, spec, InstanceExtras())

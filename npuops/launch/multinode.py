@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
+from npuops.httpclient import base_url
 from npuops.instance.membership import ClusterMembership, ClusterNode
 from npuops.instance.record import (
     NPU_GROUP,
@@ -32,6 +33,7 @@ from npuops.instance.record import (
     InstanceRecord,
 )
 from npuops.launch.instance_files import (
+    GroupRouting,
     InstanceExtras,
     LaunchSpec,
     device_allow,
@@ -40,6 +42,7 @@ from npuops.launch.instance_files import (
 from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
 from npuops.plan.result import Plan
+from npuops.plan.router import RouterOptions
 
 RAY_ENV_FILE = "ray.env"
 
@@ -64,7 +67,7 @@ class PlacedFile:
 class HostPart:
     host: ClusterHost
     rank: int
-    role: str  # head | worker (ray); leader | follower (dp)
+    role: str  # head | worker (ray); leader | follower (dp); router | replicas (replicas)
     record: InstanceRecord
     files: tuple[PlacedFile, ...]
     units: tuple[str, ...]  # this host's units, in start order
@@ -251,3 +254,24 @@ def _ray_part(plan: Plan, spec: LaunchSpec, host: ClusterHost, rank: int, role: 
     record_file = PlacedFile(record.directory / RECORD_FILE, json.dumps(worker.to_json(), indent=2) + "\n", 0o644)
     return HostPart(host, rank, role, worker, (record_file, *ray_files), (ray_unit,))
 
+
+
+def render_replica_group(plan: Plan, router: RouterOptions, spec: LaunchSpec, hosts: Sequence[ClusterHost], *,
+                         unit_dir: Path, env_files: tuple[Path, ...] = ()) -> list[HostPart]:
+    """`--multinode replicas`: every host runs the one-node plan's replicas on its serving address, the first host
+    also the router in front of all of them (on the instance's --host/--port). Pure."""
+    names = [h.name for h in hosts]
+    addresses = [h.address for h in hosts]
+    if len(set(names)) != len(names) or len(set(addresses)) != len(addresses):
+        raise BadInputError(f"the group's hosts or addresses repeat ({', '.join(addresses)})",
+                            "give every host of the group its own address (ansible_host)")
+    per_host = len(plan.replicas) or 1
+    backends = tuple(base_url(h.address, spec.port + 1 + i) for h in hosts for i in range(per_host))
+    parts = []
+    for rank, host in enumerate(hosts):
+        routing = GroupRouting(router, host.address, backends if rank == 0 else None)
+        instances = render_instances(plan, spec, InstanceExtras(env_files=env_files), routing)
+        files = tuple(f for i in instances for f in _placed(i.record, i.files, unit_dir))
+        parts.append(HostPart(host, rank, "router" if rank == 0 else "replicas", instances[-1].record, files,
+                              tuple(i.unit_name for i in instances if i.unit_name)))
+    return parts

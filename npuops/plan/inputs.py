@@ -15,7 +15,7 @@ from npuops.plan.server_options import ServerOptions
 OBJECTIVES = ("throughput", "latency")
 # Identical nodes one plan may spread over (hardware spec and --nodes).
 MAX_NODES = 64
-STRATEGIES = ("auto", "ray", "dp")
+STRATEGIES = ("auto", "ray", "dp", "replicas")
 # vllm-router's load-balancing policies (`vllm-router --policy`), the ones that route plain (not PD) traffic.
 ROUTER_POLICIES = ("round_robin", "cache_aware", "power_of_two", "consistent_hash", "random")
 # The most replicas one router fronts on one node (an Atlas 800 A3 holds 16 single-die instances).
@@ -107,7 +107,8 @@ class PlanRequest:
         "quantization", "Weights quantization as vllm-ascend names it (W8A8, W4A8, ...)."))
     multinode: str = declared(limits=Limits(choices=STRATEGIES), default="auto", flag=UserFlag(
         "multinode", "With --nodes > 1: ray (TP in a node x PP across nodes) or dp (vLLM's native data parallel, "
-        "expert parallel for MoE); auto picks and explains."))
+        "expert parallel for MoE); auto picks and explains. With launch -i/--group also replicas: each host's "
+        "own replicas behind one router on the first host."))
     vllm_ascend_version: str | None = declared(flag=UserFlag(
         "vllm-ascend-version", "The vllm-ascend release the node runs (gates env keys and features)."))
     replicas: int | None = declared(limits=Limits(minimum=1, maximum=MAX_REPLICAS), flag=UserFlag(

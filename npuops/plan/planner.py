@@ -95,6 +95,10 @@ def _candidates(model: ModelSpec, rules: TargetRules, options: PlanOptions) -> l
     target = rules.target
     candidates = rules.parallel_candidates(arch, options.fixed("tp"), options.fixed("pp"))
     strategy = options.multinode
+    if strategy == "replicas":
+        raise BadInputError("--multinode replicas is planned host by host",
+                            "`npuops plan MODEL` without --nodes shows each host's plan; launch it with "
+                            "`npuops launch MODEL -i INVENTORY --group GROUP --multinode replicas`")
     if strategy != "auto" and target.nodes == 1:
         raise BadInputError(f"--multinode {strategy} plans for several nodes", "add --nodes N (N > 1), or drop it")
     if strategy == "ray":

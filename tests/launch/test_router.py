@@ -260,3 +260,59 @@ def test_relaunching_without_replicas_removes_the_router_and_replica_units(tiny:
     assert {u for verb, u in manager.calls if verb == "remove"} == units
     assert not (state_dir / "m-r0").exists() and not (state_dir / "m-r1").exists()
     assert (state_dir / "m").is_dir()
+
+
+def test_a_group_of_replicas_has_its_router_on_the_first_host(tiny: Path) -> None:
+    from npuops.launch.multinode import ClusterHost, render_replica_group
+
+    hosts = [ClusterHost("a", "10.0.0.1", "eth0"), ClusterHost("b", "10.0.0.2", "eth0")]
+    plan = _cpu_plan(tiny)
+    parts = render_replica_group(plan, RouterOptions(policy="round_robin"), LaunchSpec(name="g", port=9200),
+                                 hosts, unit_dir=Path("/etc/systemd/system"))
+    first, second = parts
+    assert (first.role, second.role) == ("router", "replicas")
+    assert first.units == ("npuops-g-r0.service", "npuops-g-router.service")
+    assert second.units == ("npuops-g-r0.service",)
+    assert first.record.backends == ("http://10.0.0.1:9201", "http://10.0.0.2:9201")
+    assert first.record.host == "127.0.0.1" and first.record.port == 9200
+    assert second.record.role == "replicas" and second.record.replicas == ("g-r0",) and second.record.units == []
+    configs = {str(f.path): f.text for f in second.files}
+    assert 'host: "10.0.0.2"' in configs["/etc/npuops/g-r0/vllm.yaml"]
+    assert "/etc/npuops/g/instance.json" in configs and not any(p.endswith("router.json") for p in configs)
+    with pytest.raises(BadInputError, match="repeat"):
+        render_replica_group(plan, RouterOptions(policy="round_robin"), LaunchSpec(name="g"), [hosts[0], hosts[0]],
+                             unit_dir=Path("/etc/systemd/system"))
+    with pytest.raises(BadInputError, match="host by host"):
+        make_plan(load_model(str(tiny)), parse_hardware_spec("910B3x8", nodes=2), Workload(128, 32),
+                  PlanOptions(multinode="replicas"))
+
+
+def test_a_replica_set_host_answers_status_stop_and_logs_for_its_replicas(tiny: Path, tmp_path: Path) -> None:
+    from npuops.instance.control import select_part, stop_instance
+    from npuops.instance.record import load_record
+    from npuops.instance.status import instance_status
+    from npuops.launch.multinode import ClusterHost, render_replica_group
+
+    state = tmp_path / "etc"
+    hosts = [ClusterHost("a", "127.0.0.1", "lo"), ClusterHost("b", "127.0.0.2", "lo")]
+    parts = render_replica_group(_cpu_plan(tiny), RouterOptions(policy="round_robin"),
+                                 LaunchSpec(name="g", port=free_port_base(), state_dir=state),
+                                 hosts, unit_dir=tmp_path / "units")
+    for placed in parts[1].files:
+        placed.path.parent.mkdir(parents=True, exist_ok=True)
+        placed.path.write_text(placed.text)
+    record = load_record(state, "g")
+    now = instance_status(record, None, metrics_interval_s=0)
+    assert now.role == "replicas" and [p.name for p in now.parts] == ["g-r0"]
+    assert now.state == "stopped" and not now.healthy  # nothing runs: the replica is down, so is this host's part
+    assert "this host's, behind the router" in render_status_text(now)
+    assert [r.name for r in select_part(record, None)] == ["g-r0"] and select_part(record, "r0")[0].name == "g-r0"
+    with pytest.raises(BadInputError, match="use --part with one of r0"):
+        select_part(record, "router")
+    assert stop_instance(record, _RecordingManager(set())) is True  # type: ignore[arg-type]
+
+
+def free_port_base() -> int:
+    from tests.support.http_server import free_port
+
+    return free_port()

@@ -135,3 +135,73 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
     for host in fleet.hosts:
         assert host.systemd.unit_property(f"npuops-{NAME}.service", "ActiveState") in ("inactive", "failed")
 
+
+
+ROUTED = "rg"
+METRICS_SCRIPT = (
+    "import sys, urllib.request\n"
+    "opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
+    "print(opener.open(sys.argv[1] + '/metrics', timeout=30).read().decode())\n")
+
+
+def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFleet, model: Path,
+                                                               tmp_path: Path) -> None:
+    """`--multinode replicas`: each host serves the one-node plan on its serving address, the first host's router
+    fronts both; a replica stopped on the second host is taken out and the endpoint keeps serving."""
+    engine_python = engine_python_or_skip()
+    venv = engine_python.parent.parent
+    first, second = fleet.hosts
+    inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
+    artifacts = tmp_path / "artifacts"
+    flags = [f if f != "dp" else "replicas" for f in PLAN_FLAGS]
+    rc, out, err = npuops("launch", str(model), *flags, "--name", ROUTED, "--port", "8600", "-i", str(inventory),
+                          "--group", "fleet", "--vllm", str(venv / "bin" / "vllm"), "--artifacts", str(artifacts),
+                          "--json", timeout=900)
+    try:
+        assert out.strip(), err[-3000:]
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert report["strategy"] == "replicas"
+        assert {h: report["hosts"][h]["role"] for h in (first.name, second.name)} == {
+            first.name: "router", second.name: "replicas"}
+        router_unit, replica_unit = f"npuops-{ROUTED}-router.service", f"npuops-{ROUTED}-r0.service"
+        assert first.systemd.unit_property(router_unit, "ActiveState") == "active"
+        for host in fleet.hosts:
+            assert host.systemd.unit_property(replica_unit, "ActiveState") == "active"
+        argv = json.loads((first.systemd.root / f"etc/npuops/{ROUTED}/router.json").read_text())["argv"]
+        backends = argv[argv.index("--worker-urls") + 1:argv.index("--host")]
+        assert len(backends) == 2 and all(b.endswith(":8601") for b in backends), backends
+        endpoint = report["endpoint"]
+        assert endpoint["url"] == "http://127.0.0.1:8600", endpoint
+
+        def served(index: int) -> float:
+            """Requests a host's replica finished, from its own /metrics (read on that host)."""
+            text = fleet.hosts[index].systemd.check([str(engine_python), "-c", METRICS_SCRIPT, backends[index]])
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("vllm:request_success_total{"))
+
+        before = [served(i) for i in range(2)]
+        for _ in range(6):  # round robin over the two hosts' replicas, through the first host's router
+            done = first.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
+                                      endpoint["model"]], timeout=180)
+            assert done.returncode == 0 and json.loads(done.stdout)["tokens"] == 8, done
+        gained = [served(i) - before[i] for i in range(2)]
+        assert all(g > 0 for g in gained), gained
+        rc, view = npuops_status(inventory, artifacts, ROUTED)
+        assert rc == 0 and view["ok"], view
+        assert view["hosts"][second.name]["instance"]["role"] == "replicas", view
+
+        # The second host's replica stopped: the router takes it out, the endpoint keeps serving.
+        second.systemd.check(["systemctl", "stop", replica_unit], timeout=120)
+        for _ in range(4):
+            done = first.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
+                                      endpoint["model"]], timeout=180)
+            assert done.returncode == 0 and json.loads(done.stdout)["tokens"] == 8, done
+        rc, view = npuops_status(inventory, artifacts, ROUTED)
+        assert rc == 1 and view["down"] == [second.name], view
+    finally:
+        rc, out, err = npuops("stop", ROUTED, "-i", str(inventory), "--group", "fleet", "--artifacts",
+                              str(artifacts), "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
+    assert first.systemd.unit_property(router_unit, "ActiveState") in ("inactive", "failed")
