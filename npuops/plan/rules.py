@@ -276,7 +276,8 @@ class CpuEngineRules(TargetRules):
         return 1
 
     def replicas(self, layout: Layout, count: int, *, cluster: bool) -> tuple[Replica, ...]:
-        if count == 1:
+        if count == 1 or cluster:
+            # A cluster's data-parallel ranks are one engine per host: one replica, the cluster's.
             return (Replica(0, 0, ()),)
         # Several engines on one host (--dp N): each gets its own share of the cores, as each NPU replica gets its
         # own chips; without a share for each (fewer cores than engines) vLLM binds them all itself.

@@ -316,3 +316,12 @@ def free_port_base() -> int:
     from tests.support.http_server import free_port
 
     return free_port()
+
+
+def test_a_cpu_cluster_is_one_engine_per_host_not_replicas(tiny: Path) -> None:
+    """vLLM's data parallel over two CPU hosts: one engine (NAME) on each, no replicas and no router."""
+    plan = make_plan(load_model(str(tiny)), cpu_target(16 * 2**30, 4, 1, nodes=2), Workload(128, 32),
+                     PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32", multinode="dp"))
+    assert plan.cluster is not None and plan.cluster.strategy == "dp"
+    assert len(plan.replicas) == 1 and plan.router is None
+    assert [i.name for i in render_instances(plan, LaunchSpec(name="dp"))] == ["dp"]
