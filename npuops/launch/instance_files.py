@@ -245,8 +245,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())
 
 
-def _render_files(record: InstanceRecord, spec: LaunchSpec, extras: InstanceExtras, config: RenderedFile,
-                  environment: dict[str, str], unit_variables: dict[str, Any]) -> InstanceFiles:
+def _render_files(record: InstanceRecord, spec: LaunchSpec, config: RenderedFile, environment: dict[str, str],
+                  unit_variables: dict[str, Any]) -> InstanceFiles:
     files: tuple[RenderedFile, ...] = (
         config,
         RenderedFile(ENV_FILE, render_template("service.env.j2", {"name": record.name, "environment": environment}),
@@ -304,7 +304,7 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
         config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
             "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
             FILE_MODES[CONFIG_FILE])
-        instances.append(_render_files(record, spec, extras, config, _environment(plan, spec, extras, replica),
+        instances.append(_render_files(record, spec, config, _environment(plan, spec, extras, replica),
                                        _unit_variables(record, spec, extras)))
     records = [i.record for i in instances]
     if routing is None and routed:
@@ -357,4 +357,4 @@ def _render_router(router: RouterOptions, spec: LaunchSpec, replicas: Sequence[I
     variables = _unit_variables(record, spec, InstanceExtras())
     variables["wants_units"] = [r.unit for r in replicas]
     variables["role"] = ROLE_ROUTER
-    return _render_files(record, spec, InstanceExtras(), config, environment, variables)
+    return _render_files(record, spec, config, environment, variables)

@@ -26,6 +26,7 @@ from npuops.plan.target import cpu_target, parse_hardware_spec
 from npuops.service.diagnosis import diagnose
 from npuops.service.gate import gate_tags
 from npuops.service.router_process import EXIT_CONFIG, read_router_argv
+from tests.support.http_server import free_port
 from tests.support.model_dirs import write_tiny_model
 from tests.support.paths import REPO
 
@@ -296,7 +297,7 @@ def test_a_replica_set_host_answers_status_stop_and_logs_for_its_replicas(tiny: 
     state = tmp_path / "etc"
     hosts = [ClusterHost("a", "127.0.0.1", "lo"), ClusterHost("b", "127.0.0.2", "lo")]
     parts = render_replica_group(_cpu_plan(tiny), RouterOptions(policy="round_robin"),
-                                 LaunchSpec(name="g", port=free_port_base(), state_dir=state),
+                                 LaunchSpec(name="g", port=free_port(), state_dir=state),
                                  hosts, unit_dir=tmp_path / "units")
     for placed in parts[1].files:
         placed.path.parent.mkdir(parents=True, exist_ok=True)
@@ -311,17 +312,3 @@ def test_a_replica_set_host_answers_status_stop_and_logs_for_its_replicas(tiny: 
         select_part(record, "router")
     assert stop_instance(record, _RecordingManager(set())) is True  # type: ignore[arg-type]
 
-
-def free_port_base() -> int:
-    from tests.support.http_server import free_port
-
-    return free_port()
-
-
-def test_a_cpu_cluster_is_one_engine_per_host_not_replicas(tiny: Path) -> None:
-    """vLLM's data parallel over two CPU hosts: one engine (NAME) on each, no replicas and no router."""
-    plan = make_plan(load_model(str(tiny)), cpu_target(16 * 2**30, 4, 1, nodes=2), Workload(128, 32),
-                     PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32", multinode="dp"))
-    assert plan.cluster is not None and plan.cluster.strategy == "dp"
-    assert len(plan.replicas) == 1 and plan.router is None
-    assert [i.name for i in render_instances(plan, LaunchSpec(name="dp"))] == ["dp"]

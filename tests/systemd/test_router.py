@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from npuops.instance.control import port_taken
 from tests.support.http_server import free_port
 from tests.support.systemd import ServingNode
 from tests.systemd.test_lifecycle import status, wait_for
@@ -71,19 +72,8 @@ def port() -> int:
     # The router's port, the replicas' (port+1, port+2) and the router's metrics port (port+3).
     while True:
         base = free_port()
-        if base < 65000 and all(free_port_is(base + i) for i in range(1, 4)):
+        if base < 65000 and not any(port_taken("127.0.0.1", base + i) for i in range(1, 4)):
             return base
-
-
-def free_port_is(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _parts(node: ServingNode) -> dict[str, dict[str, Any]]:
