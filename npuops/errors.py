@@ -64,3 +64,9 @@ class UsageError(NpuopsError):
     """Flags that do not go together."""
 
     exit_code = ExitCode.USAGE
+
+
+class MeasurementError(NpuopsError):
+    """A measurement ran and failed (a bench that completed no request): the thing measured is the problem."""
+
+    exit_code = ExitCode.CHECKS_FAILED

@@ -85,6 +85,8 @@ class InstanceRecord:
     api_key: bool = False  # whether the env file carries VLLM_API_KEY (the key itself is never here)
     dtype: str = ""  # the dtype the engine serves in (the plan's)
     prediction: dict[str, Any] = field(default_factory=dict)
+    # The plan's performance-model inputs (PerfInputs.to_json): `npuops bench` predicts this configuration from them.
+    perf_inputs: dict[str, Any] = field(default_factory=dict)
     role: str = ROLE_ENGINE
     # This host's part of a multi-node instance; None for a single-node one (`"cluster": {}` in the file).
     cluster: ClusterMembership | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.httpclient import base_url, http_request
+from npuops.instance.bench_results import bench_headline, last_bench, render_bench_headline
 from npuops.instance.control import parts_of, pid_alive
 from npuops.instance.endpoint import health_ok
 from npuops.instance.exit_statuses import unit_diagnosis
@@ -99,6 +100,8 @@ class InstanceStatus:
     metrics_port: int | None = None
     # How the run before the current one ended: why the unit was restarted (a crash, a hang, ...).
     previous_exit: SupervisorExit | None = None
+    # The headline of the last `npuops bench` of this instance (npuops/instance/bench_results.py).
+    last_bench: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -121,6 +124,8 @@ class InstanceStatus:
             data["role"] = self.role
             data["metrics_port"] = self.metrics_port
             data["parts"] = [p.to_json() for p in self.parts]
+        if self.last_bench is not None:
+            data["last_bench"] = dict(self.last_bench)
         data["state"] = self.state
         return data
 
@@ -145,6 +150,7 @@ class InstanceStatus:
             previous_exit=SupervisorExit.from_json(previous) if previous is not None else None,
             parts=tuple(cls.from_json(p.data) for p in status.objects("parts")),
             metrics_port=status.opt_integer("metrics_port"),
+            last_bench=dict(bench.data) if (bench := status.opt_obj("last_bench")) is not None else None,
         )
 
 
@@ -256,6 +262,7 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         cluster=cluster_status(record),
         role=record.role if record.cluster is not None or record.is_router else None,
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
+        last_bench=bench_headline(report) if (report := last_bench(record)) is not None else None,
     )
 
 
@@ -355,6 +362,8 @@ def render_status_text(status: InstanceStatus) -> str:
                          f"p99 {_fmt(q['p99'], 1000, ' ms')}")
     if status.role in (ROLE_ROUTER, ROLE_REPLICAS):
         lines += _router_lines(status)
+    if status.last_bench:
+        lines.append(f"  bench     {render_bench_headline(dict(status.last_bench))}")
     cluster = status.cluster
     if cluster:
         lines.append(f"  cluster   {cluster.strategy} group {cluster.group}: this host is {cluster.role} "

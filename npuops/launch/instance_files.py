@@ -240,7 +240,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
         stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
-        prediction=dict(plan.prediction.as_dict()), role=extras.role, cluster=extras.cluster,
+        prediction=dict(plan.prediction.as_dict()), perf_inputs=plan.perf.to_json(), role=extras.role,
+        cluster=extras.cluster,
         service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None,
         supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())
 

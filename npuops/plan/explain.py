@@ -124,6 +124,11 @@ def _router(plan: Plan) -> Iterator[Explanation]:
                       f"replicas on 127.0.0.1 behind it); {router.policy}, {chosen}: {router.why}")
 
 
+def _calibration(plan: Plan) -> Iterator[Explanation]:
+    applied = plan.calibration.applied
+    yield Explanation("calibration", "applied" if applied is not None else "none", plan.calibration.why)
+
+
 def _cluster_parallelism(plan: Plan) -> Iterator[Explanation]:
     """A cluster's parallel sizes explained as one instance over its nodes."""
     cluster = plan.cluster
@@ -271,7 +276,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _environment,
+    _environment, _calibration,
 )
 
 

@@ -116,6 +116,9 @@ class PlanRequest:
     router_policy: str | None = declared(limits=Limits(choices=ROUTER_POLICIES), flag=UserFlag(
         "router-policy", "How the router in front of several replicas spreads requests [default: chosen and "
         "explained by the plan]."))
+    no_calibration: bool = declared(flag=UserFlag(
+        "no-calibration", "Predict with the model's shared constants, ignoring this node's stored benches."),
+        default=False)
     workload: Workload = field(default_factory=Workload)
     # The vLLM options the operator fixed, by ServerOptions field name (`tp`/`pp` accepted for short).
     fixed: Mapping[str, Any] = field(default_factory=dict)

@@ -18,7 +18,8 @@ The model (constants in npuops/data/perf_model.toml):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from npuops.plan.constants import PerfConstants, perf_constants
 from npuops.plan.model import ModelArch, count_parameters
@@ -48,6 +49,40 @@ class PerfInputs:
     cpu_count: int | None = None
     max_num_batched_tokens: int = 0  # tokens one step may carry; 0 = no limit
 
+    def to_json(self) -> dict[str, Any]:
+        """What a launched instance keeps (instance.json), so a bench predicts the configuration that runs."""
+        data = asdict(self)
+        data["arch"]["architectures"] = list(self.arch.architectures)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PerfInputs:
+        """The inverse of to_json; KeyError/TypeError/ValueError on a malformed one (callers name the file)."""
+        arch_data = dict(data["arch"])
+        arch_data["architectures"] = tuple(arch_data["architectures"])
+        known = {f.name for f in fields(ModelArch)}
+        arch = ModelArch(**{k: v for k, v in arch_data.items() if k in known})
+        own = {f.name for f in fields(cls)} - {"arch"}
+        return cls(arch=arch, **{k: v for k, v in data.items() if k in own})
+
+    def for_load(self, *, input_len: int, output_len: int, concurrency: int,
+                 request_rate: float | None) -> PerfInputs:
+        """The same deployment under another load (a bench's, a tune trial's)."""
+        return replace(self, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                       request_rate=request_rate)
+
+
+@dataclass(frozen=True)
+class CalibrationFactors:
+    """Measured / predicted on one node and stack: TTFT (request overhead and prefill) and the decode step.
+    1.0 is the uncalibrated model."""
+
+    ttft: float = 1.0
+    step: float = 1.0
+    # A closed loop's measured throughput over what the median latencies give through Little's law: the latency
+    # tail (a mean above the median) and the run's ramp-up and drain, which no median shows.
+    throughput: float = 1.0
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -58,12 +93,25 @@ class Prediction:
     queued_per_replica: float  # requests waiting for a slot
     saturated: bool  # the request rate exceeds what the deployment can serve
     decode_bound: str  # "memory" | "compute"
+    e2e_ms: float = 0.0  # one request from sent to its last token
+    busy_replicas: float = 1.0  # replicas the load keeps busy
+
+    output_len: int = 0  # of the workload predicted for
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.output_tokens_per_s / self.output_len if self.output_len else 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {
             "ttft_ms": round(self.ttft_ms, 1),
             "tpot_ms": round(self.tpot_ms, 2),
+            "e2e_ms": round(self.e2e_ms, 1),
             "output_tokens_per_s": round(self.output_tokens_per_s, 1),
+            "requests_per_s": round(self.requests_per_s, 3),
+            "running_per_replica": round(self.running_per_replica, 2),
+            "queued_per_replica": round(self.queued_per_replica, 2),
+            "busy_replicas": self.busy_replicas,
         }
 
 
@@ -119,8 +167,9 @@ def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
     return tokens * (2.0 * active + 4.0 * arch.num_layers * context * attn_width)
 
 
-def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants) -> tuple[float, str]:
-    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves."""
+def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 1.0) -> tuple[float, str]:
+    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves; `scale`
+    is a calibration's measured/predicted step."""
     flops, bandwidth = _device_rates(p, c)
     context = p.input_len + p.output_len / 2
     bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
@@ -136,7 +185,7 @@ def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants) -> tuple[float,
     # The host schedules, samples and detokenizes every running sequence each step.
     overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * c.host_us_per_seq * 1e-6
     bound = "memory" if memory_s >= compute_s else "compute"
-    return overhead_s + max(memory_s, compute_s), bound
+    return (overhead_s + max(memory_s, compute_s)) * scale, bound
 
 
 def prefill_s(p: PerfInputs, c: PerfConstants) -> float:
@@ -160,11 +209,13 @@ def _slots_per_replica(p: PerfInputs) -> float:
     return max(1.0, slots)
 
 
-def predict(p: PerfInputs, c: PerfConstants | None = None) -> Prediction:
+def predict(p: PerfInputs, c: PerfConstants | None = None,
+            factors: CalibrationFactors | None = None) -> Prediction:
     c = c or perf_constants()
+    factors = factors or CalibrationFactors()
     replicas = max(p.replicas, 1)
     slots = _slots_per_replica(p)
-    first = prefill_s(p, c)
+    first = prefill_s(p, c) * factors.ttft
     saturated = False
 
     if p.request_rate is not None:
@@ -172,33 +223,42 @@ def predict(p: PerfInputs, c: PerfConstants | None = None) -> Prediction:
         rate = p.request_rate / replicas
         running = 1.0
         for _ in range(50):
-            step, _bound = decode_step_s(p, running, c)
+            step, _bound = decode_step_s(p, running, c, factors.step)
             in_system = rate * (first + p.output_len * step)
             running = min(max(in_system, 1.0), slots)
-        step, bound = decode_step_s(p, running, c)
+        step, bound = decode_step_s(p, running, c, factors.step)
         capacity = slots / (first + p.output_len * step)
         saturated = rate > capacity
         queued = 0.0
         if saturated:
             # Past capacity the queue grows without bound; report a full batch and the served rate.
             running = slots
-            step, bound = decode_step_s(p, running, c)
+            step, bound = decode_step_s(p, running, c, factors.step)
         served_rate = min(rate, slots / (first + p.output_len * step))
         output_per_s = replicas * served_rate * p.output_len
+        busy_replicas = float(replicas)
     else:
-        per_replica = max(p.concurrency / replicas, 1.0)
+        # A fixed concurrency keeps that many requests in flight: with fewer than there are replicas, only as many
+        # replicas are ever busy (concurrency 1 over eight replicas is one stream, not eight).
+        busy_replicas = float(min(replicas, max(p.concurrency, 1)))
+        per_replica = max(p.concurrency, 1) / busy_replicas
         running = min(per_replica, slots)
         queued = per_replica - running
-        step, bound = decode_step_s(p, running, c)
-        output_per_s = replicas * running / step if step > 0 else 0.0
+        step, bound = decode_step_s(p, running, c, factors.step)
 
-    ttft = c.request_overhead_ms / 1e3 + first
+    ttft = c.request_overhead_ms / 1e3 * factors.ttft + first
     if running > 1:
         # A new prompt waits for the decode step in flight before its chunk is scheduled.
         ttft += step / 2
     if p.request_rate is None and queued > 0:
         # Requests beyond the free slots wait for a running one to finish.
         ttft += queued / running * (first + p.output_len * step)
+    # The first token comes with the prefill; the other output_len - 1 one decode step each.
+    e2e = ttft + max(p.output_len - 1, 0) * step
+    if p.request_rate is None:
+        # Little's law over a closed loop: each busy replica keeps per_replica requests in its system, each of
+        # which takes e2e; so a replica finishes per_replica / e2e requests a second.
+        output_per_s = busy_replicas * per_replica * p.output_len / e2e * factors.throughput if e2e > 0 else 0.0
     return Prediction(
         ttft_ms=ttft * 1e3,
         tpot_ms=step * 1e3,
@@ -207,4 +267,39 @@ def predict(p: PerfInputs, c: PerfConstants | None = None) -> Prediction:
         queued_per_replica=queued if p.request_rate is None else 0.0,
         saturated=saturated,
         decode_bound=bound,
+        e2e_ms=e2e * 1e3,
+        busy_replicas=busy_replicas,
+        output_len=p.output_len,
     )
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What the hardware allows one load at most, from the chips' published peak figures (no efficiency, no
+    overhead): a measurement divided by these is the fraction of the hardware it uses."""
+
+    decode_tokens_per_s: float  # output tokens/s if every decode step only streamed its bytes at full bandwidth
+    prefill_flops_per_s: float  # peak dense FLOPs of one replica's devices
+    bandwidth_bytes_per_s: float  # per device
+    batch: float  # sequences per busy replica the decode roofline is for
+    busy_replicas: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"decode_tokens_per_s": round(self.decode_tokens_per_s, 1),
+                "prefill_flops_per_s": self.prefill_flops_per_s,
+                "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "batch": round(self.batch, 2), "busy_replicas": self.busy_replicas}
+
+
+def roofline(p: PerfInputs, c: PerfConstants | None = None) -> Roofline:
+    """The HBM-bandwidth roofline of decode and the FLOPs peak of prefill for the load in `p`."""
+    c = c or perf_constants()
+    flops, bandwidth = _device_rates(p, c)
+    concurrency = max(p.concurrency, 1)
+    busy = float(min(max(p.replicas, 1), concurrency))
+    batch = max(1.0, min(concurrency / busy, _slots_per_replica(p)))
+    context = p.input_len + p.output_len / 2
+    bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
+    fastest_step = p.pp * bytes_read / bandwidth
+    return Roofline(decode_tokens_per_s=busy * batch / fastest_step, prefill_flops_per_s=p.tp * p.pp * flops,
+                    bandwidth_bytes_per_s=bandwidth, batch=batch, busy_replicas=busy)

@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 
 from npuops.errors import BadInputError
+from npuops.plan.calibration import UNCALIBRATED, CalibrationChoice
 from npuops.plan.cluster import ClusterPlan, HcclBufferSize, hccl_buffsize_for_ep, plan_cluster
 from npuops.plan.constants import MemoryConstants, memory_constants
 from npuops.plan.environment import EnvSetting
@@ -268,7 +269,8 @@ def _closing_warnings(model: ModelSpec, workload: Workload, cluster: ClusterPlan
     return out
 
 
-def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, options: PlanOptions | None = None) -> Plan:
+def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, options: PlanOptions | None = None,
+              calibration: CalibrationChoice = UNCALIBRATED) -> Plan:
     options = options or PlanOptions()
     rules = rules_for(target)
     c = memory_constants()
@@ -289,7 +291,8 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     if cluster is not None and buffer is not None:
         cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
     env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer)
-    prediction = predict(perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs))
+    perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs)
+    prediction = predict(perf, factors=calibration.factors)
     warnings += _closing_warnings(model, workload, cluster, target.nodes, prediction)
     plan = Plan(
         model=model, target=target, workload=workload, options=options, rules=rules,
@@ -298,5 +301,6 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         release=release, graph_mode=mode, layout=layout, replica_count=chosen.replicas, replicas=replicas,
         router=plan_router(len(replicas), options.router_policy) if cluster is None else None,
         cluster=cluster, env_settings=env_settings, hccl_buffer=buffer, memory=chosen.budget,
-        weight_bytes=s.weight_bytes, seq_cap=s.seq_cap, prediction=prediction, warnings=tuple(dict.fromkeys(warnings)))
+        weight_bytes=s.weight_bytes, seq_cap=s.seq_cap, prediction=prediction, warnings=tuple(dict.fromkeys(warnings)),
+        perf=perf, calibration=calibration)
     return replace(plan, explanations=explain(plan))

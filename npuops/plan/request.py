@@ -11,6 +11,8 @@ from npuops.errors import EnvironmentMissingError
 from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
+from npuops.hardware.python_stack import read_python_stack
+from npuops.plan.calibration import CalibrationChoice, CalibrationStore
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanRequest
 from npuops.plan.planner import make_plan
@@ -51,7 +53,20 @@ def resolve_target(settings: Settings, request: PlanRequest, *, node: Node | Non
     return parse_hardware_spec(request.hardware, nodes=request.nodes, devices=request.devices)
 
 
+def node_calibration(settings: Settings, target: HardwareTarget, *, ignore: bool = False) -> CalibrationChoice:
+    """This node's stored calibration for the target, when its serving stack is the one that was benched."""
+    if ignore:
+        return CalibrationChoice(None, "--no-calibration: the model's shared constants")
+    store = CalibrationStore(settings.state_dir)
+    if not store.hardware_benched(target.label):
+        return store.choose(target.label, None)
+    # Only now is the stack worth reading (a subprocess in the serving venv, by metadata).
+    return store.choose(target.label, read_python_stack(Probe(settings)).versions)
+
+
 def plan_request(settings: Settings, request: PlanRequest, *, target: HardwareTarget | None = None) -> Plan:
-    """Load the model, resolve the target (unless given) and plan."""
+    """Load the model, resolve the target (unless given) and plan, calibrated by this node's benches."""
     model = load_model(request.model, request.quantization)
-    return make_plan(model, target or resolve_target(settings, request), request.workload, request.options)
+    target = target or resolve_target(settings, request)
+    return make_plan(model, target, request.workload, request.options,
+                     node_calibration(settings, target, ignore=request.no_calibration))

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from npuops.plan.calibration import UNCALIBRATED, CalibrationChoice
 from npuops.plan.cluster import ClusterPlan, HcclBufferSize
 from npuops.plan.environment import EnvSetting
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.layout import Layout
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelSpec, count_parameters
-from npuops.plan.performance import Prediction
+from npuops.plan.performance import PerfInputs, Prediction, predict
 from npuops.plan.router import RouterOptions
 from npuops.plan.rules import Replica, TargetRules
 from npuops.plan.server_options import ServerOptions
@@ -55,9 +56,15 @@ class Plan:
     memory: MemoryBudget  # one device
     weight_bytes: int  # the whole model in device memory at the serving dtype
     seq_cap: int  # the most sequences a step may decode together
-    prediction: Prediction
+    prediction: Prediction  # calibrated when `calibration` applies
     warnings: tuple[str, ...]
+    perf: PerfInputs  # what the prediction was made from: the launched instance keeps it for `npuops bench`
+    calibration: CalibrationChoice = UNCALIBRATED
     explanations: tuple[Explanation, ...] = ()
+
+    @property
+    def uncalibrated_prediction(self) -> Prediction:
+        return predict(self.perf)
 
     @property
     def env(self) -> dict[str, str]:
@@ -178,6 +185,9 @@ class Plan:
                 "kv_budget_bytes": self.memory.kv_budget_bytes,
             },
             "prediction": self.prediction.as_dict(),
+            "calibration": {"applied": self.calibration.applied.as_dict() if self.calibration.applied else None,
+                            "why": self.calibration.why,
+                            "uncalibrated_prediction": self.uncalibrated_prediction.as_dict()},
             "explanations": [e.as_dict() for e in self.explanations],
             "warnings": list(self.warnings),
             "replicas": [r.as_dict() for r in self.replicas],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from npuops.plan.result import Plan
 from npuops.textout import human_bytes, table
 
@@ -63,10 +65,29 @@ def render_plan_text(plan: Plan) -> str:
     out.append(f"  KV cache: {m['kv_cache_tokens']} tokens at {m['kv_cache_bytes_per_token']} bytes per token; "
                f"{m['max_concurrency']} concurrent requests of {w['input_len'] + w['output_len']} tokens")
     p = data["prediction"]
-    out.append(f"\nPredicted: TTFT {p['ttft_ms']} ms, TPOT {p['tpot_ms']} ms, "
-               f"{p['output_tokens_per_s']} output tokens/s in total")
+    out.append(f"\nPredicted: TTFT {p['ttft_ms']} ms, TPOT {p['tpot_ms']} ms, end-to-end {p['e2e_ms']} ms, "
+               f"{p['output_tokens_per_s']} output tokens/s in total ({p['requests_per_s']} requests/s)")
+    out.append(f"  for the load {assumed_load(w, p, data['config']['data_parallel_size'])}")
     if data["warnings"]:
         out.append("\nWarnings:")
         for warning in data["warnings"]:
             out.append(f"  ! {warning}")
     return "\n".join(out)
+
+
+def assumed_load(workload: dict[str, Any], prediction: dict[str, Any], replicas: int) -> str:
+    """The load a prediction is for, in words: what arrives, and how the replicas hold it."""
+    lengths = f"{workload['input_len']} in / {workload['output_len']} out tokens"
+    arriving = (f"{workload['request_rate']} requests/s" if workload.get("request_rate") is not None
+                else f"{workload['concurrency']} in flight")
+    busy = prediction["busy_replicas"]
+    held = f"{prediction['running_per_replica']:g} running"
+    if prediction["queued_per_replica"]:
+        held += f", {prediction['queued_per_replica']:g} queued"
+    if replicas == 1:
+        where = "on the one engine"
+    elif busy == 1:
+        where = f"on 1 of {replicas} replicas (the others idle)"
+    else:
+        where = f"on each of {busy:g} of {replicas} replicas" if busy < replicas else f"on each of {replicas} replicas"
+    return f"{arriving} of {lengths}: {held} {where}"

@@ -78,7 +78,8 @@ def test_json_shape() -> None:
         "kv_cache_tokens",
         "max_concurrency",
     }
-    assert set(data["prediction"]) == {"ttft_ms", "tpot_ms", "output_tokens_per_s"}
+    assert set(data["prediction"]) == {"ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s", "requests_per_s",
+                                       "running_per_replica", "queued_per_replica", "busy_replicas"}
     assert all(set(e) >= {"key", "value", "why"} for e in data["explanations"])
     assert all(set(r) >= {"devices", "visible_devices"} for r in data["replicas"])
     assert data["vllm_args"][:2] == ["--served-model-name", "llama-2-13b"]
