@@ -1,0 +1,148 @@
+"""`npuops bench` against an instance launched by npuops with the real vLLM CPU engine (the tiny model).
+
+One foreground launch (with an API key) for the module. It proves: vLLM's own `vllm bench serve` runs with the
+key from the instance's env file and gives every figure beside the plan's prediction and the hardware's limit;
+the report is kept and `npuops status` shows it; the bench calibrates the node, so the next `npuops plan` of the
+same workload predicts within 10% of what was measured, and `--no-calibration` gives the shared constants back;
+the plain-PyTorch baseline runs the same prompts and gives vLLM/plain ratios; a URL gives the figures alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.engine import engine_env, short_tmp_dir
+from tests.support.http_server import free_port
+from tests.support.npuops_cli import npuops_argv
+from tests.support.paths import REPO
+from tests.support.workspace import PLAN_FLAGS, Workspace, kill_group, wait_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+START_TIMEOUT_S = 240.0
+LOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "4")
+# The plan's flags with the bench's load, so `npuops plan` predicts the same workload.
+PLANNED = (*PLAN_FLAGS[: PLAN_FLAGS.index("--input-len")], *PLAN_FLAGS[PLAN_FLAGS.index("--output-len") + 2:], *LOAD)
+
+
+@dataclass
+class BenchedInstance:
+    ws: Workspace
+    model: Path
+    port: int
+    engine_python: Path
+
+
+@pytest.fixture(scope="module")
+def instance(engine_python: Path, tiny_model: Path, engine_compile_cache: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchedInstance]:
+    root = tmp_path_factory.mktemp("bench")
+    tmp_dir = short_tmp_dir()
+    env = engine_env(root / "work", tmp_dir, engine_compile_cache)
+    env["NPUOPS_STATE_DIR"] = str(root / "state")
+    # The node's serving stack is the engine venv (on a node: the provisioned /opt/npuops/venv): the stack a plan
+    # reads to find its calibration is the one the instance runs.
+    env["NPUOPS_STACK_PYTHON"] = str(engine_python)
+    for key in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"):
+        env.pop(key, None)
+    ws = Workspace(env, root / "state", [tmp_dir])
+    key_file = root / "api-key"
+    key_file.write_text("sk-bench-key\n")
+    key_file.chmod(0o600)
+    port = free_port()
+    out, err = root / "launch.out", root / "launch.err"
+    argv = npuops_argv("launch", str(tiny_model), *PLANNED, "--name", "b", "--port", str(port),
+                       "--vllm", str(engine_python.parent / "vllm"), "--api-key-file", str(key_file), "--foreground")
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        launcher = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=REPO, start_new_session=True)
+    try:
+        def serving() -> bool:
+            if launcher.poll() is not None:
+                raise AssertionError(f"launch exited with {launcher.returncode}:\n{err.read_text()}")
+            return "is serving after" in out.read_text()
+
+        wait_for(serving, START_TIMEOUT_S, "the launch to report serving")
+        yield BenchedInstance(ws, tiny_model, port, engine_python)
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        try:
+            launcher.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_group(launcher.pid)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def bench(inst: BenchedInstance, *args: str, timeout: float = 600) -> dict[str, object]:
+    done = inst.ws.run("bench", *args, "--json", timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert isinstance(report, dict)
+    return report
+
+
+def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(instance: BenchedInstance) -> None:
+    done = instance.ws.run("bench", "b", "--num-prompts", "24", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "vllm bench serve" in done.stderr  # the progress line
+    report = json.loads(done.stdout)
+    measured = report["measured"]
+    # The plan's load by default, every request answered with exactly its output length (--ignore-eos), which
+    # also proves the key from the env file reached the tool: without it every request is a 401.
+    assert report["load"] == {"input_len": 128, "output_len": 16, "concurrency": 4, "request_rate": None,
+                              "num_prompts": 24, "seed": 0}
+    assert measured["completed"] == 24 and measured["failed"] == 0
+    assert measured["total_output_tokens"] == 24 * 16
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        figures = measured["latency"][metric]
+        assert 0 < figures["median_ms"] <= figures["p99_ms"]
+    assert measured["output_throughput"] > 0 and measured["request_throughput"] > 0
+    ratios, predicted = report["ratios"], report["predicted"]
+    for key in ("ttft", "tpot", "itl", "e2el", "output_throughput", "request_throughput"):
+        assert ratios[key] is not None and ratios[key] > 0
+    assert ratios["tpot"] == pytest.approx(measured["latency"]["tpot"]["median_ms"] / predicted["tpot_ms"], rel=1e-2)
+    limit = report["hardware_limit"]
+    assert 0 < limit["decode_fraction"] < 1 and 0 < limit["prefill_fraction"] < 1
+    assert report["stack"]["vllm"] and report["hardware"].startswith("cpu (")
+    assert "sk-bench-key" not in done.stdout + done.stderr
+    assert "sk-bench-key" not in json.dumps(report["vllm_bench_argv"])
+
+    # Kept with the instance, and status shows it.
+    kept = Path(report["file"])
+    assert kept.parent == instance.ws.state / "b" / "bench" and json.loads(kept.read_text())["at"] == report["at"]
+    status = instance.ws.status("b")
+    assert status["last_bench"]["output_throughput"] == pytest.approx(measured["output_throughput"], rel=1e-3)
+    text = instance.ws.run("status", "b").stdout
+    assert "bench     " in text and "x predicted" in text
+
+    # The next plan of the same workload on this node predicts what was measured, within 10%.
+    planned = instance.ws.run("plan", str(instance.model), *PLANNED, "--json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["calibration"]["applied"] is not None, plan["calibration"]["why"]
+    assert plan["calibration"]["applied"]["samples"] == 1
+    p = plan["prediction"]
+    assert p["ttft_ms"] == pytest.approx(measured["latency"]["ttft"]["median_ms"], rel=0.10)
+    assert p["tpot_ms"] == pytest.approx(measured["latency"]["tpot"]["median_ms"], rel=0.10)
+    assert p["output_tokens_per_s"] == pytest.approx(measured["output_throughput"], rel=0.10)
+    uncalibrated = instance.ws.run("plan", str(instance.model), *PLANNED, "--json", "--no-calibration")
+    assert json.loads(uncalibrated.stdout)["prediction"] == plan["calibration"]["uncalibrated_prediction"]
+    human = instance.ws.run("plan", str(instance.model), *PLANNED).stdout
+    assert "calibration" in human and "from 1 bench on cpu" in human
+
+
+def test_a_url_gives_the_figures_alone(instance: BenchedInstance, tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-bench-key\n")
+    report = bench(instance, f"http://127.0.0.1:{instance.port}", "--model", str(instance.model),
+                   "--api-key-file", str(key), "--vllm", str(instance.engine_python.parent / "vllm"),
+                   "--num-prompts", "8", "--output-len", "4", "--input-len", "32", "--concurrency", "2")
+    assert report["measured"]["completed"] == 8 and report["predicted"] is None and report["instance"] is None
+    assert "no plan" in report["prediction_note"]
