@@ -22,7 +22,7 @@ from npuops.errors import EnvironmentMissingError, MeasurementError, UsageError
 from npuops.httpclient import base_url
 from npuops.instance.control import parts_of, stop_instance
 from npuops.instance.endpoint import health_ok
-from npuops.instance.manager import service_manager
+from npuops.instance.manager import SystemdManager, service_manager
 from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord
 from npuops.parsing import ParseError
 from npuops.settings import Settings
@@ -32,8 +32,8 @@ _EXIT_MEANING = {3: "bad input", 4: "something it needs is missing"}
 
 
 @contextmanager
-def free_devices_for_baseline(settings: Settings, record: InstanceRecord | None,
-                              progress: Callable[[str], None]) -> Iterator[None]:
+def free_devices_for_baseline(settings: Settings, record: InstanceRecord | None, progress: Callable[[str], None],
+                              manager: SystemdManager | None = None) -> Iterator[None]:
     """Stop an NPU instance for the duration (and start it again, healthy, after); nothing on the CPU engine."""
     if record is None or record.target_kind != "npu":
         yield
@@ -41,7 +41,7 @@ def free_devices_for_baseline(settings: Settings, record: InstanceRecord | None,
     if record.manager != MANAGER_SYSTEMD:
         raise UsageError(f"the baseline needs {record.name}'s NPUs, and it runs in a terminal (--foreground)",
                          "launch it as a service, or stop it and bench another instance of the model")
-    manager = service_manager(settings)
+    manager = manager or service_manager(settings)
     progress(f"baseline: stopping {record.name} to free devices {','.join(map(str, record.devices))}")
     stop_instance(record, manager)
     try:
