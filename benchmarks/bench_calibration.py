@@ -110,8 +110,8 @@ def print_model(result: dict[str, Any]) -> None:
     ratios, vllm, plain = baseline["ratios"], result["first"]["measured"], baseline["measured"]
     print(f"\n{result['model']} model ({result['size_bytes'] / 2**20:.0f} MiB), workload A "
           f"{WORKLOAD_A['input_len']}/{WORKLOAD_A['output_len']} tokens, concurrency {WORKLOAD_A['concurrency']}:")
-    for label, figures, how in (("vLLM ", vllm, "(vllm bench serve)"),
-                                ("plain", plain, f"(transformers generate, static batches of {WORKLOAD_A['concurrency']})")):
+    static = f"(transformers generate, static batches of {WORKLOAD_A['concurrency']})"
+    for label, figures, how in (("vLLM ", vllm, "(vllm bench serve)"), ("plain", plain, static)):
         print(f"  {label} {figures['output_throughput']:8.1f} output tok/s, end-to-end "
               f"{figures['latency']['e2el']['median_ms']:.1f} ms median {how}")
     reduction = ratios["e2el_reduction"]
