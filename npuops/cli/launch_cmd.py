@@ -9,12 +9,14 @@ import click
 
 from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, fleet_flags
 from npuops.cli.main import load_context_settings
-from npuops.cli.plan_options import plan_flags, request_from_flags
+from npuops.cli.plan_options import plan_flags_model_optional, request_from_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
 
 
 @click.command()
-@plan_flags
+@plan_flags_model_optional
+@click.option("--tuned", "tuned_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Launch the configuration `npuops tune` wrote (flags given here override it; MODEL is optional).")
 @click.option("--name", default="vllm", show_default=True, help="Instance name (unit npuops-NAME.service).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; 127.0.0.1 unless told.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
@@ -50,7 +52,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
            foreground: bool, dry_run: bool,
            output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
            cluster_wait_s: int, ray_node_resources: str | None, env_items: tuple[str, ...], as_json: bool,
-           **flags: Any) -> None:
+           tuned_file: Path | None, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
     The unit runs `npuops run NAME`: a start gate (level-1 checks for these chips), then vLLM, reported ready only
@@ -74,7 +76,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         raise UsageError("-i/--inventory and --group go together", "give both to launch over a serving group")
     settings = load_context_settings(ctx)
     extra_env = parse_env_assignments(env_items)
-    request = request_from_flags(flags)
+    request = _request(ctx, flags, tuned_file)
     if ray_node_resources is not None and inventory is None:
         raise UsageError("--ray-node-resources is for a group launch", "add -i INVENTORY --group GROUP")
     from npuops.launch.prepare import LaunchChoices
@@ -98,6 +100,22 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
                         as_json=as_json)
     if code != ExitCode.OK:
         raise click.exceptions.Exit(int(code))
+
+
+def _request(ctx: click.Context, flags: dict[str, Any], tuned_file: Path | None) -> Any:
+    """The plan request: the flags, or a tuned file's request with the flags given on this command line over it."""
+    if tuned_file is None:
+        if not flags.get("model"):
+            raise UsageError("launch needs MODEL (a model directory or catalog name)", "add MODEL, or --tuned FILE")
+        return request_from_flags(flags)
+    from click.core import ParameterSource
+
+    from npuops.bench.tuned import read_tuned, request_as_flags
+    from npuops.plan.inputs import PlanRequest
+
+    tuned = read_tuned(tuned_file)
+    given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+    return PlanRequest.from_flags(given.pop("model", None) or tuned.model, {**request_as_flags(tuned), **given})
 
 
 def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, output: Path | None, verify: bool,

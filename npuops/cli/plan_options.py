@@ -75,6 +75,14 @@ def plan_flags(func: F) -> F:
     return func
 
 
+def plan_flags_model_optional(func: F) -> F:
+    """The plan flags with MODEL optional (launch takes it from --tuned FILE)."""
+    decorators: list[Callable[[F], F]] = [click.argument("model", required=False), *PLAN_FLAGS[1:]]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
 def request_from_flags(flags: dict[str, Any]) -> PlanRequest:
     """The request from a command's plan flags."""
     return PlanRequest.from_flags(flags["model"], flags)

@@ -1,0 +1,72 @@
+"""The tune's search space, its guide, and the tuned file launch reads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npuops.bench.tune import Candidate, Slo, Trial, expected, search_space
+from npuops.bench.tuned import read_tuned, request_as_flags, write_tuned
+from npuops.errors import BadInputError
+from npuops.plan.catalog import load_model
+from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
+from npuops.plan.planner import make_plan
+from npuops.plan.target import parse_hardware_spec
+from tests.support.model_dirs import write_tiny_model
+from tests.support.paths import REPO
+
+
+def test_the_space_starts_from_the_plan_and_keeps_batches_above_sequences() -> None:
+    plan = make_plan(load_model("qwen3-8b"), parse_hardware_spec("910B3x8"), Workload(concurrency=16), PlanOptions())
+    space = search_space(plan)
+    first = space[0].fixed
+    assert first["max_num_seqs"] == plan.server.max_num_seqs
+    assert first["max_num_batched_tokens"] == plan.server.max_num_batched_tokens
+    assert all(c.fixed["max_num_batched_tokens"] >= c.fixed["max_num_seqs"] for c in space)
+    # On NPUs the memory fraction and the TP/replica split are searched too.
+    assert {c.fixed["gpu_memory_utilization"] for c in space} == {0.85, 0.9, 0.95}
+    assert {c.fixed["tensor_parallel_size"] for c in space} >= {plan.layout.tp, 8}
+    assert {4, 8, 16, 32} <= {c.fixed["max_num_seqs"] for c in space}
+
+
+def test_the_guide_trusts_the_nearest_measurement_and_the_slo() -> None:
+    a = Candidate((("max_num_seqs", 8), ("max_num_batched_tokens", 512)))
+    b = Candidate((("max_num_seqs", 16), ("max_num_batched_tokens", 512)))
+    predicted = {"output_tokens_per_s": 100.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0}
+    assert expected(b, predicted, [], Slo()) == (1, 100.0)
+    tried = Trial(a, predicted, measured={"output_tokens_per_s": 50.0, "ttft_ms": 30.0, "tpot_ms": 2.0,
+                                          "e2e_ms": 100.0})
+    # The measured trial ran at half the predicted throughput and twice the TPOT: so will its neighbour.
+    assert expected(b, predicted, [tried], Slo()) == (1, 50.0)
+    assert expected(b, predicted, [tried], Slo(tpot_ms=1.5)) == (0, 50.0)
+    assert Slo(ttft_ms=20).violations(30.0, 1.0, 1.0) == ["TTFT 30.0 ms > 20 ms"]
+
+
+def test_a_tuned_file_round_trips_and_launch_reads_it(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    request = PlanRequest(model=str(write_tiny_model(tmp_path / "tiny-llama")), hardware="cpu",
+                          workload=Workload(input_len=256, concurrency=16),
+                          fixed={"max_num_seqs": 16, "max_num_batched_tokens": 1024, "dtype": "float32"})
+    path = tmp_path / "tuned.json"
+    write_tuned(path, request, {"tuned": {"trials": 3}})
+    assert read_tuned(path) == request
+    assert request_as_flags(request)["max_num_seqs"] == 16 and request_as_flags(request)["input_len"] == 256
+    # launch --tuned: the file's configuration, with a flag given on the command line over it.
+    done = subprocess.run([sys.executable, "-m", "npuops", "launch", "--tuned", str(path), "--max-num-seqs", "8",
+                           "--dry-run", "--output", str(out), "--json"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    config = next(out.rglob("vllm.yaml")).read_text()
+    assert "max-num-seqs: 8" in config and "max-num-batched-tokens: 1024" in config
+
+
+@pytest.mark.parametrize(("text", "problem"), [("{", "not JSON"), ('{"format": "x"}', "not a tuned configuration"),
+                                               ('{"format": "npuops-tuned/1", "request": {}}', "malformed")])
+def test_a_file_that_is_not_a_tuned_one_is_one_error(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    with pytest.raises(BadInputError, match=problem):
+        read_tuned(path)
