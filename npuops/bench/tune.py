@@ -1,8 +1,8 @@
 """`npuops tune`: a guided search for the highest throughput within latency SLOs, every trial a real engine.
 
 The space is vLLM's batching knobs around the workload — `max_num_seqs` the plan's and from a quarter of the
-concurrency to twice it, `max_num_batched_tokens` from an eighth of the plan's to the plan's — and, on NPUs, `gpu_memory_utilization`
-and the TP/replica split where the chips allow. Each candidate is planned (the planner still checks that it
+concurrency to twice it, `max_num_batched_tokens` from an eighth of the plan's to the plan's — and, on NPUs,
+`gpu_memory_utilization` and the TP/replica split where the chips allow. Each candidate is planned (the planner still checks that it
 fits) and predicted by the performance model, calibrated by this node's benches.
 
 The search starts from the plan's own configuration, then always runs the untried candidate with the best
