@@ -2,15 +2,15 @@
 
 The space is vLLM's batching knobs around the workload — `max_num_seqs` the plan's and from a quarter of the
 concurrency to twice it, `max_num_batched_tokens` from an eighth of the plan's to the plan's — and, on NPUs,
-`gpu_memory_utilization` and the TP/replica split where the chips allow. Each candidate is planned (the planner still checks that it
-fits) and predicted by the performance model, calibrated by this node's benches.
+`gpu_memory_utilization` and the TP/replica split where the chips allow. Each candidate is planned (the planner
+still checks that it fits) and predicted by the performance model, calibrated by this node's benches.
 
-The search starts from the plan's own configuration, then always runs the untried candidate with the best
-expected objective: the model's prediction corrected by what the nearest tried candidate measured against its own
-prediction (so the model gives the shape, the trials the level). A candidate predicted to break an SLO counts
-only when nothing else is left. Each trial is launched from a tuned file with `npuops launch --tuned FILE
---foreground` (npuops' supervisor, the same start gate and health checks), measured with `npuops bench`'s core,
-and stopped through its own supervisor — never by a process-name kill. Every bench also calibrates the node.
+The search starts from the plan's own configuration, then always runs the untried candidate with the best expected
+objective: the model's prediction corrected by what the nearest tried candidate measured against its own prediction
+(so the model gives the shape, the trials the level). A candidate predicted to break an SLO counts only when nothing
+else is left. Each trial is launched from a tuned file with `npuops launch --tuned FILE --foreground` (npuops'
+supervisor, the same start gate and health checks), measured with `npuops bench`'s core, and stopped through its own
+supervisor — never by a process-name kill. Every bench also calibrates the node.
 """
 
 from __future__ import annotations
