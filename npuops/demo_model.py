@@ -1,13 +1,17 @@
-"""A tiny Llama model made locally (no hub): the demo's and the end-to-end tests' model.
+"""Small Llama models made locally (no hub): the demo's and the end-to-end tests' model, and one for benches.
 
-`make_tiny_model(dest, seed=..., noise=...)` writes a complete Hugging Face model directory that vLLM (CPU engine)
-and transformers both load: `config.json` (LlamaConfig: hidden 64, 2 layers, 2 heads of 32, float32), random weights
-from the seed as `model.safetensors`, and a byte-level BPE tokenizer (vocab 1024) trained on deterministic generated
-text, saved as a `PreTrainedTokenizerFast` with bos/eos/pad tokens and a simple chat template. About 1 MB, a few
-seconds.
+`make_tiny_model(dest, seed=..., noise=..., size=...)` writes a complete Hugging Face model directory that vLLM (CPU
+engine) and transformers both load: `config.json` (LlamaConfig, float32), random weights from the seed as
+`model.safetensors`, and a byte-level BPE tokenizer (vocab 1024) trained on deterministic generated text, saved as a
+`PreTrainedTokenizerFast` with bos/eos/pad tokens and a simple chat template. Two sizes (SHAPES):
 
-- Deterministic: the same seed gives byte-identical files; the tokenizer does not depend on the seed at all, so
-  models made with different seeds or noise share it.
+- "tiny" (the default): hidden 64, 2 layers, 2 heads of 32. About 1 MB, a few seconds.
+- "small": hidden 1024, 8 layers, 16 heads of 64, intermediate 2816: ~105 M parameters, about 420 MB on disk, made
+  in well under a minute. Big enough that a benchmark measures the model rather than the framework's overhead
+  (`npuops bench`), small enough for 2 CPU cores.
+
+- Deterministic: the same seed and size give byte-identical files; the tokenizer does not depend on the seed or
+  the size at all, so models made with different seeds, noise or sizes share it.
 - `noise > 0` adds seeded Gaussian noise to every weight tensor, of that size relative to the tensor's RMS
   (||Δ|| / ||W|| ≈ noise): a "corrupted" copy of the seed's model, for precision checks that must fail.
 - Weights are scaled so the model's next-token distribution is peaked rather than flat (greedy decoding then has
@@ -17,7 +21,7 @@ seconds.
 torch, transformers and tokenizers are imported only inside the functions: they live in the engine venv
 (scripts/engine-venv.sh), not in npuops' own dependencies.
 
-Command line: `python -m npuops.demo_model DEST [--seed N] [--noise X]`.
+Command line: `python -m npuops.demo_model DEST [--seed N] [--noise X] [--size tiny|small]`.
 """
 
 from __future__ import annotations
@@ -27,17 +31,37 @@ import os
 import random
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-HIDDEN_SIZE = 64
-INTERMEDIATE_SIZE = 128
-NUM_LAYERS = 2
-NUM_HEADS = 2
-NUM_KV_HEADS = 2
-HEAD_DIM = HIDDEN_SIZE // NUM_HEADS  # 32: the CPU attention backend needs head_dim in {32, 64, 80, 96, ...}
 MAX_POSITION_EMBEDDINGS = 2048
 VOCAB_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The Llama dimensions of one model size (all float32, untied LM head, one tokenizer for all)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        # The CPU attention backend needs head_dim in {32, 64, 80, 96, ...}.
+        return self.hidden_size // self.num_heads
+
+
+SHAPES: dict[str, ModelShape] = {
+    # The tests' model: ~1 MB. Its files must stay byte-identical (golden files and expectations depend on them).
+    "tiny": ModelShape(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2, num_kv_heads=2),
+    # A benchmark-sized model: ~105 M parameters, ~420 MB of float32, heads of 64; on 2 CPU cores a batch of 4
+    # decodes at a few tens of ms a step, so a bench of a few dozen requests takes a minute or so.
+    "small": ModelShape(hidden_size=1024, intermediate_size=2816, num_layers=8, num_heads=16, num_kv_heads=16),
+}
 
 BOS_TOKEN = "<s>"
 EOS_TOKEN = "</s>"
@@ -151,9 +175,12 @@ def _add_noise(model: Any, seed: int, noise: float) -> None:
             param.copy_((values + delta).to(param.dtype))
 
 
-def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
-    """Write the tiny Llama model directory to `dest` (created if needed; files already there are overwritten)
-    and return it."""
+def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0, size: str = "tiny") -> Path:
+    """Write the Llama model directory of `size` (a key of SHAPES) to `dest` (created if needed; files already
+    there are overwritten) and return it."""
+    if size not in SHAPES:
+        raise ValueError(f"size must be one of {', '.join(SHAPES)}, not {size!r}")
+    shape = SHAPES[size]
     if seed < 0:
         raise ValueError(f"seed must be >= 0, not {seed}")
     if not noise >= 0.0:  # also rejects NaN
@@ -177,12 +204,12 @@ def make_tiny_model(dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=INTERMEDIATE_SIZE,
-        num_hidden_layers=NUM_LAYERS,
-        num_attention_heads=NUM_HEADS,
-        num_key_value_heads=NUM_KV_HEADS,
-        head_dim=HEAD_DIM,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
         max_position_embeddings=MAX_POSITION_EMBEDDINGS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -215,17 +242,21 @@ def _umask() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m npuops.demo_model",
-        description="Create the tiny Llama model used by the demo and the end-to-end tests (no download).",
+        description="Create the tiny Llama model of the demo and the end-to-end tests, or a larger one for benches "
+        "(no download).",
     )
     parser.add_argument("dest", type=Path, help="model directory to write")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     parser.add_argument(
         "--noise", type=float, default=0.0, help="relative Gaussian noise added to every weight (default 0: none)"
     )
+    parser.add_argument(
+        "--size", choices=tuple(SHAPES), default="tiny", help="tiny (default, ~1 MB) or small (~420 MB, for benches)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
-        path = make_tiny_model(args.dest, seed=args.seed, noise=args.noise)
+        path = make_tiny_model(args.dest, seed=args.seed, noise=args.noise, size=args.size)
     except ValueError as exc:
         parser.error(str(exc))
     except ImportError as exc:

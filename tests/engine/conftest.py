@@ -34,6 +34,13 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def small_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small demo model (`--size small`: ~105 M parameters, ~420 MB, seed 0), made once per session (~15-30 s):
+    for benches, where the tiny model would measure framework overhead only."""
+    return make_model(engine_python, tmp_path_factory.mktemp("small-model") / "small-llama", size="small")
+
+
+@pytest.fixture(scope="session")
 def engine_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A torch inductor cache shared by the session's engines (halves the first logprobs request of each)."""
     return tmp_path_factory.mktemp("engine-compile-cache")

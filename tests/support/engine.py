@@ -305,9 +305,14 @@ def start_engine(
     )
 
 
-def make_model(python: str | os.PathLike[str], dest: Path, *, seed: int = 0, noise: float = 0.0) -> Path:
-    """Make the tiny demo model with the engine python (`python -m npuops.demo_model`), from this checkout."""
+def make_model(
+    python: str | os.PathLike[str], dest: Path, *, seed: int = 0, noise: float = 0.0, size: str = "tiny"
+) -> Path:
+    """Make a demo model (the tiny one unless `size` says "small") with the engine python (`python -m
+    npuops.demo_model`), from this checkout."""
     argv = [str(python), "-m", "npuops.demo_model", str(dest), "--seed", str(seed), "--noise", repr(noise)]
+    if size != "tiny":  # the tiny model's command line stays what it always was
+        argv += ["--size", size]
     env = dict(os.environ)
     # This checkout's npuops first, whatever checkout the engine venv was installed from.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
