@@ -146,3 +146,26 @@ def test_a_url_gives_the_figures_alone(instance: BenchedInstance, tmp_path: Path
                    "--num-prompts", "8", "--output-len", "4", "--input-len", "32", "--concurrency", "2")
     assert report["measured"]["completed"] == 8 and report["predicted"] is None and report["instance"] is None
     assert "no plan" in report["prediction_note"]
+
+
+def test_the_baseline_runs_the_same_prompts_through_plain_pytorch(instance: BenchedInstance) -> None:
+    done = instance.ws.run("bench", "b", "--baseline", "transformers", "--num-prompts", "8", "--no-calibrate",
+                           "--json", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "transformers generate" in done.stderr and "batch 2/2 done" in done.stderr  # its progress, relayed
+    report = json.loads(done.stdout)
+    baseline = report["baseline"]
+    plain = baseline["measured"]
+    # The same load: 8 prompts of 128 tokens, 16 out each, in static batches of the concurrency (4), float32.
+    assert plain["backend"] == "transformers" and plain["completed"] == 8
+    assert plain["total_output_tokens"] == report["measured"]["total_output_tokens"] == 8 * 16
+    assert baseline["device"] == "cpu" and baseline["dtype"] == "float32"
+    ratios = baseline["ratios"]
+    assert ratios["output_throughput_ratio"] == pytest.approx(
+        report["measured"]["output_throughput"] / plain["output_throughput"], rel=1e-3)
+    assert ratios["e2el_reduction"] == pytest.approx(
+        1 - report["measured"]["latency"]["e2el"]["median_ms"] / plain["latency"]["e2el"]["median_ms"], abs=1e-3)
+    assert baseline["founding_claim"] == {"throughput_ratio": 1.7, "latency_reduction": 0.4}
+    human = instance.ws.run("bench", "b", "--num-prompts", "4", "--no-calibrate", "--baseline", "transformers",
+                            timeout=900).stdout
+    assert "vLLM / plain: throughput x" in human and "(founding document: x1.7)" in human
