@@ -36,8 +36,10 @@ def doctor(env: dict[str, str], *args: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def env(engine_python: Path, tmp_path: Path) -> dict[str, str]:
-    values = engine_env(tmp_path / "work", short_tmp_dir())
+def env(engine_python: Path, engine_compile_cache: Path, tmp_path: Path) -> dict[str, str]:
+    # The session's inductor cache, which the session engine's warm-up has filled: the engines launched here
+    # compile the same logprobs kernel on their first request (tests/support/engine.py, warm_up) and find it there.
+    values = engine_env(tmp_path / "work", short_tmp_dir(), engine_compile_cache)
     values["NPUOPS_STACK_PYTHON"] = str(engine_python)  # the transformers reference runs there
     values["NPUOPS_STATE_DIR"] = str(tmp_path / "state")
     return values
