@@ -139,6 +139,8 @@ def bench_serve_argv(vllm: str, *, base_url: str, model_path: str, served_model_
             "--dataset-name", "random", "--random-input-len", str(load.input_len),
             "--random-output-len", str(load.output_len), "--num-prompts", str(load.num_prompts),
             "--max-concurrency", str(load.concurrency), "--ignore-eos", "--seed", str(load.seed),
+            # A batch of requests first, unmeasured: an engine's first prompts of a shape compile or allocate.
+            "--num-warmups", str(load.concurrency),
             "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,99",
             "--save-result", "--result-dir", str(result_dir), "--result-filename", RESULT_FILENAME,
             "--disable-tqdm"]
