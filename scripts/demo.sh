@@ -80,6 +80,10 @@ print(f"  {answer['usage']['completion_tokens']} tokens, finish_reason={answer['
 EOF
 
 echo
+echo "== npuops bench demo: vLLM's own benchmark beside the plan's prediction (kept; status shows it)"
+"$ENGINE_NPUOPS" bench demo --num-prompts 16
+
+echo
 echo "== npuops status demo"
 "$ENGINE_NPUOPS" status demo
 echo
