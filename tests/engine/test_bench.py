@@ -23,7 +23,7 @@ from tests.support.engine import engine_env, short_tmp_dir
 from tests.support.http_server import free_port
 from tests.support.npuops_cli import npuops_argv
 from tests.support.paths import REPO
-from tests.support.workspace import PLAN_FLAGS, Workspace, kill_group, wait_for
+from tests.support.workspace import PLAN_FLAGS, Workspace, kill_group, wait_until_serving
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -64,12 +64,7 @@ def instance(engine_python: Path, tiny_model: Path, engine_compile_cache: Path,
     with open(out, "w") as stdout, open(err, "w") as stderr:
         launcher = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=REPO, start_new_session=True)
     try:
-        def serving() -> bool:
-            if launcher.poll() is not None:
-                raise AssertionError(f"launch exited with {launcher.returncode}:\n{err.read_text()}")
-            return "is serving after" in out.read_text()
-
-        wait_for(serving, START_TIMEOUT_S, "the launch to report serving")
+        wait_until_serving(launcher, out, err, START_TIMEOUT_S)
         yield BenchedInstance(ws, tiny_model, port, engine_python)
     finally:
         launcher.send_signal(signal.SIGTERM)

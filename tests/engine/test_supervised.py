@@ -32,7 +32,7 @@ from tests.support.engine import engine_env, short_tmp_dir
 from tests.support.http_server import free_port, http_request
 from tests.support.npuops_cli import npuops_argv
 from tests.support.paths import REPO
-from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for
+from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for, wait_until_serving
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -88,12 +88,7 @@ def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace
                                     start_new_session=True)
     engine_pgid = None
     try:
-        def serving() -> bool:
-            if launcher.poll() is not None:
-                raise AssertionError(f"launch exited with {launcher.returncode}:\n{err.read_text()}")
-            return "is serving after" in out.read_text()
-
-        wait_for(serving, START_TIMEOUT_S, "the launch to report serving")
+        wait_until_serving(launcher, out, err, START_TIMEOUT_S)
         progress = err.read_text()
         # The stages arrive in order, from the engine's own log lines, and "healthy" only from /health.
         positions = [progress.find(s) for s in ("start gate for fg", "loading weights",

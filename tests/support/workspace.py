@@ -73,3 +73,14 @@ def kill_group(pgid: int | None) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGCONT)
             os.killpg(pgid, signal.SIGKILL)
+
+
+def wait_until_serving(launcher: subprocess.Popen[bytes], out: Path, err: Path, timeout: float) -> None:
+    """Wait for a foreground `npuops launch` to print its endpoint summary; its stderr in the failure if it exits."""
+
+    def serving() -> bool:
+        if launcher.poll() is not None:
+            raise AssertionError(f"launch exited with {launcher.returncode}:\n{err.read_text()}")
+        return "is serving after" in out.read_text()
+
+    wait_for(serving, timeout, "the launch to report serving")
