@@ -54,7 +54,8 @@ def test_the_command_line_saves_its_result_and_carries_no_secret(tmp_path: Path)
                             served_model_name="tiny", load=load, result_dir=tmp_path)
     assert argv[:3] == ["/venv/bin/vllm", "bench", "serve"]
     for flag, value in (("--max-concurrency", "4"), ("--num-warmups", "4"), ("--served-model-name", "tiny"),
-                        ("--result-dir", str(tmp_path)), ("--random-input-len", "128"), ("--percentile-metrics", "ttft,tpot,itl,e2el")):
+                        ("--result-dir", str(tmp_path)), ("--random-input-len", "128"),
+                        ("--percentile-metrics", "ttft,tpot,itl,e2el")):
         assert argv[argv.index(flag) + 1] == value
     assert "--ignore-eos" in argv and "--save-result" in argv and "--request-rate" not in argv
     assert not any("key" in a.lower() for a in argv)
