@@ -131,3 +131,17 @@ def test_bad_bench_input_is_one_line(tmp_path: Path, args: tuple[str, ...], code
     done = _npuops(*args, state=tmp_path)
     assert done.returncode == code, done.stderr
     assert message in done.stderr and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_the_status_carries_the_last_bench_across_hosts() -> None:
+    from npuops.instance.status import InstanceStatus, render_status_text
+
+    headline = {"at": 0.0, "file": "/s/b.json", "load": BenchLoad(128, 32, 4, None, 40).as_dict(),
+                "output_throughput": 270.5, "median_ttft_ms": 68.5, "median_tpot_ms": 11.1,
+                "ratio_output_throughput": 0.95, "ratio_ttft": 1.1, "ratio_tpot": 0.9}
+    status = InstanceStatus(name="demo", state="healthy", healthy=True, last_bench=headline)
+    data = json.loads(json.dumps(status.to_json()))
+    assert InstanceStatus.from_json(data) == status
+    assert "bench     " in render_status_text(status) and "270.5 output tok/s (0.95x predicted)" in \
+        render_status_text(status)
+    assert "last_bench" not in InstanceStatus(name="demo", state="stopped", healthy=False).to_json()
