@@ -15,7 +15,10 @@ supervisor — never by a process-name kill. Every bench also calibrates the nod
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -218,14 +221,30 @@ def run_trial(settings: Settings, request: TuneRequest, trial: Trial, index: int
         trial.error = exc.one_line()
     finally:
         if launcher.poll() is None:
-            # The supervisor stops its engine (and writes its state); the launch process exits with it.
-            stop_foreground(load_record(settings.state_dir, request.name), 60)
-            try:
-                launcher.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                launcher.terminate()
-                launcher.wait(timeout=30)
+            _stop_launcher(settings, request.name, launcher)
         progress(f"{head} [{_bar(4)}] stopped")
+
+
+def _stop_launcher(settings: Settings, name: str, launcher: subprocess.Popen[bytes]) -> None:
+    """Stop a trial through its supervisor, which stops its engine and writes its state (the launch process exits
+    with it). A launch that has not written its record yet has no supervisor to ask: its own session is ended."""
+    try:
+        record = load_record(settings.state_dir, name)
+    except BadInputError:
+        record = None
+    if record is not None:
+        stop_foreground(record, 60)
+    try:
+        launcher.wait(timeout=90 if record is not None else 1)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # start_new_session: the launch and all it started
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(launcher.pid, sig)
+            try:
+                launcher.wait(timeout=30)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 def tune(settings: Settings, request: TuneRequest, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from npuops.httpclient import http_request
 
 
-def health_ok(url: str, timeout: float = 5.0) -> bool:
-    answer = http_request(url.rstrip("/") + "/health", timeout=timeout)
+def health_ok(url: str, timeout: float = 5.0, path: str = "/health") -> bool:
+    answer = http_request(url.rstrip("/") + path, timeout=timeout)
     return answer is not None and answer[0] == 200
 
 

@@ -129,6 +129,14 @@ class InstanceRecord:
         return Path(self.status_file).parent / ENGINE_LOG_FILE
 
     @property
+    def health_path(self) -> str:
+        """Where this part says it is alive. vllm-router 0.1.17's /health answers 503 ("Unhealthy servers: [...]")
+        as soon as its health checker takes one replica out, while it goes on serving the others; its /liveness
+        answers 200 while the router itself serves (measured, README "One endpoint per model"). A router is judged
+        by /liveness, so neither its watchdog nor status takes a restarting replica for a dead router."""
+        return "/liveness" if self.is_router else "/health"
+
+    @property
     def serves_api(self) -> bool:
         """Whether this host's part answers HTTP (/health, /v1): single instances, Ray heads, DP leaders, routers."""
         return self.role in (ROLE_ENGINE, ROLE_ROUTER)

@@ -218,7 +218,7 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         unit = manager.state(record.unit)
     supervisor = read_status(record)
     if record.serves_api:
-        healthy = health_ok(url, timeout=3.0)
+        healthy = health_ok(url, timeout=3.0, path=record.health_path)
     else:
         # A Ray worker or a headless engine answers no HTTP: its unit running (and, for an engine, its
         # supervisor seeing the process) is its health; the group's health is the first host's endpoint.

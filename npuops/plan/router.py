@@ -6,8 +6,10 @@ vllm-router (PyPI `vllm-router`) takes the instance's host and port and spreads 
 bind 127.0.0.1 on the ports after it. Its health checker takes a dead or hung replica out and puts it back once
 /health answers again; its retries resend a request a dead replica refused to another one. Seen with 0.1.17: at
 start it serves as soon as one replica answers /health (a replica that never comes up does not keep the endpoint
-down), and its own /health answers 200 whatever the replicas' state, so the supervisor's watchdog restarts a hung
-router, not one whose replicas are restarting.
+down). Its own /health answers 503 ("Unhealthy servers: [...]") once its checker has taken a replica out, although
+it serves the rest; its /liveness answers 200 while it serves and /readiness counts the healthy workers. The
+supervisor's watchdog and status therefore ask /liveness (`InstanceRecord.health_path`): a hung router is restarted,
+one whose replicas are restarting is not.
 
 Each field below is one `vllm-router` option (`vllm_router/router_args.py` of 0.1.17 names them); `argv()` is the
 router's command line, which holds no secret (the API key reaches the router through its 0600 env file).

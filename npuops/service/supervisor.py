@@ -329,7 +329,7 @@ class Supervisor:
         if not self.record.serves_api:
             up = self._elapsed() >= self.options.headless_settle_s
             return up, "the headless engine is starting"
-        if not health_ok(self.url, timeout=self.options.health_timeout_s):
+        if not health_ok(self.url, timeout=self.options.health_timeout_s, path=self.record.health_path):
             return False, "/health stopped answering"
         cluster = self.record.ray_cluster
         if ready and cluster is not None:

@@ -70,3 +70,37 @@ def test_a_file_that_is_not_a_tuned_one_is_one_error(tmp_path: Path, text: str, 
     path.write_text(text)
     with pytest.raises(BadInputError, match=problem):
         read_tuned(path)
+
+
+def test_a_trial_launch_without_a_record_yet_is_ended_with_its_session(tmp_path: Path) -> None:
+    """A trial that times out before launch wrote the instance's record has no supervisor to ask: the launch's
+    own session (it and what it started) is ended instead."""
+    from npuops.bench.tune import _stop_launcher
+    from npuops.settings import Settings
+
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
+                                 "subprocess.Popen(['sleep', '300']); time.sleep(300)"], start_new_session=True)
+    settings = Settings(state_dir=tmp_path / "state")
+    _stop_launcher(settings, "never-written", launcher)
+    assert launcher.poll() is not None
+    import psutil
+
+    def left() -> list[int]:  # the group's processes still running (an orphan's zombie waits for init)
+        return [p.pid for p in psutil.process_iter(["status"]) if p.info["status"] != psutil.STATUS_ZOMBIE
+                and _pgid(p.pid) == launcher.pid]
+    import time
+
+    for _ in range(50):  # the signal reaches them all at once; dying takes them a moment
+        if not left():
+            break
+        time.sleep(0.1)
+    assert left() == []
+
+
+def _pgid(pid: int) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None

@@ -110,6 +110,8 @@ def test_router_files_front_the_replicas_on_loopback(tiny: Path) -> None:
         if f.name != "env":
             assert "sk-router-secret" not in f.text, f.name
     assert gate_tags(record) == ("gate",)
+    # The router is judged alive by /liveness (its /health answers 503 while a replica is out), replicas by /health.
+    assert record.health_path == "/liveness" and r0.record.health_path == "/health"
 
 
 def test_router_record_round_trips(tiny: Path) -> None:

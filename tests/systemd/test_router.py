@@ -3,9 +3,10 @@ loopback and vllm-router in front of them on the instance's port, each in its ow
 vLLM CPU engine and the real vllm-router.
 
 What an operator relies on: every request through the one endpoint succeeds and both replicas serve; a replica
-whose engine is killed mid-run costs at most the requests in flight on it, is restarted by systemd and put back
-by the router; the API key is required at the endpoint and appears on no command line and in no log; status,
-logs and stop see the router and every replica.
+stopped leaves the router serving, not restarted by its watchdog; a replica whose engine is killed mid-run costs
+at most the requests in flight on it, is restarted by systemd and put back by the router; the API key is required
+at the endpoint and appears on no command line and in no log; status, logs and stop see the router and every
+replica.
 
 The tests of this module share one booted systemd (the session's) and run in order.
 """
@@ -131,6 +132,45 @@ def test_requests_through_the_endpoint_reach_both_replicas(serving_node: Serving
     assert sum(gained) == 32 and all(g > 0 for g in gained), gained
     routed = status(serving_node, NAME)["metrics"]["workers"]
     assert all(w["requests"] and w["healthy"] for w in routed.values()), routed
+
+
+def _router_health(port: int) -> int:
+    try:
+        with DIRECT.open(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def test_a_replica_down_leaves_the_router_serving_and_its_watchdog_quiet(serving_node: ServingNode,
+                                                                         port: int) -> None:
+    """vllm-router's own /health answers 503 once it has taken a replica out: the router's supervisor must not
+    take that for a dead router (it would withhold the watchdog pings and systemd would kill the endpoint)."""
+    node = serving_node
+    replica, router = f"npuops-{NAME}-r1.service", f"npuops-{NAME}-router.service"
+    router_restarts = int(node.systemd.unit_property(router, "NRestarts"))
+    node.systemd.check(["systemctl", "stop", replica], timeout=120)
+    try:
+        wait_for("the router takes r1 out (its /health answers 503)", lambda: _router_health(port) == 503, 60)
+        out_since = time.time()
+        state_file = node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json"
+
+        # The supervisor probes every 5 s once ready and writes a stage change at once: two probe intervals with
+        # the replica out and no "unhealthy" entry is the proof (before /liveness, the first probe wrote one).
+        time.sleep(12)
+        state = json.loads(state_file.read_text())
+        assert state["stage"] == "healthy", state["stages"][-3:]
+        assert not [s for s in state["stages"] if s["at"] > out_since], state["stages"][-3:]
+        assert _run_requests(port, 8) == [200] * 8
+        now = status(node, NAME)
+        assert now["state"].startswith("degraded") and not now["healthy"], now
+        assert now["unit_state"]["active_state"] == "active", now
+        assert int(node.systemd.unit_property(router, "NRestarts")) == router_restarts
+    finally:
+        node.systemd.check(["systemctl", "start", replica], timeout=300)
+    wait_for("all healthy again", lambda: status(node, NAME)["state"] == "healthy", 400, poll=3)
 
 
 def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: ServingNode, port: int) -> None:
