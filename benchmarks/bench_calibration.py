@@ -121,6 +121,11 @@ def print_model(result: dict[str, Any]) -> None:
     reduction = ratios["e2el_reduction"]
     print(f"  vLLM/plain: throughput x{ratios['output_throughput_ratio']:.2f} (document: x1.7), end-to-end latency "
           f"{-100 * reduction:+.0f}% (document: -40%)")
+    # Two benches of the same load on the same instance: how far the machine moves a measurement by itself, the
+    # floor under any prediction's error.
+    noise = ", ".join(f"{m} {abs(measured_of(result['again'], m) / measured_of(result['first'], m) - 1) * 100:.0f}%"
+                      for m, _ in FIGURES)
+    print(f"  noise, A again against the first bench of A: {noise}")
     for label, report in (("A again", result["again"]), ("B (other load)", result["other"])):
         before, after = errors(report, "before"), errors(report, "after")
         cells = ", ".join(f"{m} {before[m] * 100:.0f}% -> {after[m] * 100:.0f}%" for m, _ in FIGURES)
