@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from foreground import foreground_instance  # benchmarks/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD_A = {"input_len": 128, "output_len": 32, "concurrency": 4}
@@ -78,14 +79,7 @@ def run_model(python: Path, size: str, work: Path) -> dict[str, Any]:
     port = free_port()
     plan_flags = ["--hardware", "cpu", "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
                   "--kv-cache-memory-bytes", str(512 * 2**20), *flags(WORKLOAD_A)]
-    launcher = subprocess.Popen([*npuops, "launch", str(model), *plan_flags, "--name", size, "--port", str(port),
-                                 "--vllm", str(python.parent / "vllm"), "--foreground"], env=env, cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        ready = subprocess.run([*npuops, "status", size, "--wait", "600"], env=env, cwd=REPO, capture_output=True)
-        if ready.returncode != 0:
-            raise SystemExit(f"{size}: the instance did not become healthy")
-
+    with foreground_instance(python, [str(model), *plan_flags, "--port", str(port)], size, env):
         def bench(*args: str) -> dict[str, Any]:
             done = subprocess.run([*npuops, "bench", size, *args, "--json"], env=env, cwd=REPO, capture_output=True,
                                   text=True)
@@ -101,12 +95,6 @@ def run_model(python: Path, size: str, work: Path) -> dict[str, Any]:
         other = bench(*flags(WORKLOAD_B), *prompts, "--no-calibrate")
         return {"model": size, "size_bytes": sum(f.stat().st_size for f in model.iterdir()),
                 "baseline": first["baseline"], "first": first, "again": again, "other": other}
-    finally:
-        launcher.send_signal(signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
 
 
 def print_model(result: dict[str, Any]) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -24,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from foreground import foreground_instance  # benchmarks/, beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ["--hardware", "cpu", "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
@@ -35,29 +36,13 @@ NUM_PROMPTS = 48
 
 def remeasure(python: Path, model: Path, env: dict[str, str], options: dict[str, Any], port: int) -> float:
     """Launch one configuration under npuops' supervisor, bench it, stop it: its output tokens/s."""
-    npuops = [str(python), "-m", "npuops"]
     option_flags = [x for k, v in options.items() for x in ("--" + k.replace("_", "-"), str(v))]
-    launcher = subprocess.Popen([*npuops, "launch", str(model), *FLAGS, *option_flags, "--name", "again",
-                                 "--port", str(port), "--vllm", str(python.parent / "vllm"), "--foreground"],
-                                env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    try:
-        ready = subprocess.run([*npuops, "status", "again", "--wait", "600"], env=env, cwd=REPO, capture_output=True)
-        if ready.returncode != 0:
-            raise SystemExit(f"{options}: the instance did not become healthy")
-        done = subprocess.run([*npuops, "bench", "again", "--num-prompts", str(NUM_PROMPTS), "--no-calibrate",
-                               "--json"], env=env, cwd=REPO, capture_output=True, text=True)
+    with foreground_instance(python, [str(model), *FLAGS, *option_flags, "--port", str(port)], "again", env):
+        done = subprocess.run([str(python), "-m", "npuops", "bench", "again", "--num-prompts", str(NUM_PROMPTS),
+                               "--no-calibrate", "--json"], env=env, cwd=REPO, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{options}: npuops bench failed: {done.stderr[-1500:]}")
         return float(json.loads(done.stdout)["measured"]["output_throughput"])
-    finally:
-        launcher.send_signal(signal.SIGTERM)
-        try:
-            launcher.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(timeout=30)
-
 
 def main() -> int:
     python = Path(os.environ.get("NPUOPS_ENGINE_PYTHON") or subprocess.run(
