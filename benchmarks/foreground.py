@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,14 +19,22 @@ def foreground_instance(python: Path, launch_args: list[str], name: str, env: di
                         wait_s: int = 600) -> Iterator[None]:
     """`npuops launch LAUNCH_ARGS --name NAME --foreground`, healthy within wait_s, stopped on leaving."""
     npuops = [str(python), "-m", "npuops"]
+    log = tempfile.NamedTemporaryFile(prefix=f"npuops-bench-{name}-", suffix=".log", delete=False)  # noqa: SIM115
     launcher = subprocess.Popen([*npuops, "launch", *launch_args, "--name", name, "--vllm", str(python.parent / "vllm"),
-                                 "--foreground"], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+                                 "--foreground"], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
-        ready = subprocess.run([*npuops, "status", name, "--wait", str(wait_s)], env=env, cwd=REPO,
-                               capture_output=True)
-        if ready.returncode != 0:
-            raise SystemExit(f"{name} ({' '.join(launch_args)}): the instance did not become healthy")
+        while launcher.poll() is None:  # healthy, or the launch gave up (then say why, not wait out wait_s)
+            ready = subprocess.run([*npuops, "status", name, "--wait", "10"], env=env, cwd=REPO, capture_output=True)
+            if ready.returncode == 0:
+                break
+            wait_s -= 10
+            if wait_s <= 0:
+                break
+        if launcher.poll() is not None or ready.returncode != 0:
+            tail = Path(log.name).read_text(errors="replace").strip().splitlines()[-5:]
+            raise SystemExit(f"{name} ({' '.join(launch_args)}): the instance did not become healthy: "
+                             + " | ".join(tail))
         yield
     finally:
         launcher.send_signal(signal.SIGTERM)
@@ -34,3 +43,5 @@ def foreground_instance(python: Path, launch_args: list[str], name: str, env: di
         except subprocess.TimeoutExpired:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait(timeout=30)
+        log.close()
+        os.unlink(log.name)

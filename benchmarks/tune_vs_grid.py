@@ -14,6 +14,7 @@ found a configuration as good as the grid's best, or only one that measured wors
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -34,8 +35,16 @@ ROUNDS = 3
 NUM_PROMPTS = 48
 
 
-def remeasure(python: Path, model: Path, env: dict[str, str], options: dict[str, Any], port: int) -> float:
-    """Launch one configuration under npuops' supervisor, bench it, stop it: its output tokens/s."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def remeasure(python: Path, model: Path, env: dict[str, str], options: dict[str, Any]) -> float:
+    """Launch one configuration under npuops' supervisor, bench it, stop it: its output tokens/s. (A port of its
+    own: the tune's stopped trials keep their records, and launch refuses a port another instance is given.)"""
+    port = free_port()
     option_flags = [x for k, v in options.items() for x in ("--" + k.replace("_", "-"), str(v))]
     with foreground_instance(python, [str(model), *FLAGS, *option_flags, "--port", str(port)], "again", env):
         done = subprocess.run([str(python), "-m", "npuops", "bench", "again", "--num-prompts", str(NUM_PROMPTS),
@@ -44,18 +53,51 @@ def remeasure(python: Path, model: Path, env: dict[str, str], options: dict[str,
             raise SystemExit(f"{options}: npuops bench failed: {done.stderr[-1500:]}")
         return float(json.loads(done.stdout)["measured"]["output_throughput"])
 
+def compare(python: Path, model: Path, env: dict[str, str], grid_best: dict[str, Any],
+            budget_best: dict[str, Any], third: int) -> None:
+    """The grid's best and the budget's best measured again, alternating, ROUNDS times."""
+    def describe(options: dict[str, Any]) -> str:
+        return " ".join(f"{k}={v}" for k, v in options.items())
+
+    print(f"measured again, {ROUNDS} alternating rounds: the grid's best ({describe(grid_best)}) and the "
+          f"best of the first {third} trials ({describe(budget_best)})")
+    ratios = []
+    for round_ in range(1, ROUNDS + 1):
+        grid_figure = remeasure(python, model, env, grid_best)
+        budget_figure = remeasure(python, model, env, budget_best)
+        ratios.append(budget_figure / grid_figure)
+        print(f"  round {round_}: grid's best {grid_figure:.1f} tok/s, budget's best {budget_figure:.1f} tok/s, "
+              f"ratio {ratios[-1]:.2f}", flush=True)
+    median = statistics.median(ratios)
+    verdict = "as good as" if median >= 1 - NOISE else "worse than"
+    print(f"budget of a third / grid's best: median {median:.2f} over {ROUNDS} rounds: the budget found a "
+          f"configuration {verdict} the grid's best (within {NOISE:.0%})")
+
+
+def parse_options(text: str) -> dict[str, Any]:
+    """"max_num_seqs=32,max_num_batched_tokens=1024" as a trial's options."""
+    return {k: int(v) if v.isdigit() else float(v) for k, v in (item.split("=", 1) for item in text.split(","))}
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", nargs=2, metavar=("GRID_BEST", "BUDGET_BEST"),
+                        help="Skip the grid: only measure these two configurations again (k=v,k=v each), as the "
+                             "grid's run printed them.")
+    parser.add_argument("--third", type=int, default=6, help="With --compare: the budget the second one came from.")
+    args = parser.parse_args()
     python = Path(os.environ.get("NPUOPS_ENGINE_PYTHON") or subprocess.run(
         [str(REPO / "scripts" / "engine-venv.sh")], check=True, capture_output=True, text=True).stdout.split()[-1])
     with tempfile.TemporaryDirectory(prefix="npuops-tune-grid-") as tmp:
         work = Path(tmp)
         model = work / "tiny-llama"
         subprocess.run([str(python), "-m", "npuops.demo_model", str(model)], check=True, capture_output=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         env = {**os.environ, "NPUOPS_STATE_DIR": str(work / "state"), "NPUOPS_STACK_PYTHON": str(python),
                "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "TMPDIR": tempfile.mkdtemp(dir="/tmp")}
+        if args.compare:
+            compare(python, model, env, parse_options(args.compare[0]), parse_options(args.compare[1]), args.third)
+            return 0
         done = subprocess.run([str(python), "-m", "npuops", "tune", str(model), *FLAGS, "--budget", "100",
                                "--num-prompts", str(NUM_PROMPTS), "--port", str(port),
                                "--vllm", str(python.parent / "vllm"),
@@ -81,24 +123,11 @@ def main() -> int:
             print(f"  {i:2}. {options}: " + (f"{m['output_tokens_per_s']:.1f} tok/s (predicted "
                                               f"{t['predicted']['output_tokens_per_s']:.1f})" if m else t["error"]))
         print(f"the guided order reached it (within {NOISE:.0%}) at trial {reached} of {grid}: "
-              f"{reached / grid:.2f} of the grid (a third is {grid / 3:.1f} trials)")
+              f"{reached / grid:.2f} of the grid (a third is {grid / 3:.1f} trials)", flush=True)
         if early_best is best_trial:
             print(f"a budget of {third} ran the grid's best itself")
             return 0
-        describe = {id(t): " ".join(f"{k}={v}" for k, v in t["options"].items()) for t in (best_trial, early_best)}
-        print(f"measured again, {ROUNDS} alternating rounds: the grid's best ({describe[id(best_trial)]}) and the "
-              f"best of the first {third} trials ({describe[id(early_best)]})")
-        ratios = []
-        for round_ in range(1, ROUNDS + 1):
-            grid_best = remeasure(python, model, env, best_trial["options"], port)
-            budget_best = remeasure(python, model, env, early_best["options"], port)
-            ratios.append(budget_best / grid_best)
-            print(f"  round {round_}: grid's best {grid_best:.1f} tok/s, budget's best {budget_best:.1f} tok/s, "
-                  f"ratio {ratios[-1]:.2f}")
-        median = statistics.median(ratios)
-        verdict = "as good as" if median >= 1 - NOISE else "worse than"
-        print(f"budget of a third / grid's best: median {median:.2f} over {ROUNDS} rounds: the budget found a "
-              f"configuration {verdict} the grid's best (within {NOISE:.0%})")
+        compare(python, model, env, best_trial["options"], early_best["options"], third)
     return 0
 
 
