@@ -53,6 +53,7 @@ def remeasure(python: Path, model: Path, env: dict[str, str], options: dict[str,
             raise SystemExit(f"{options}: npuops bench failed: {done.stderr[-1500:]}")
         return float(json.loads(done.stdout)["measured"]["output_throughput"])
 
+
 def compare(python: Path, model: Path, env: dict[str, str], grid_best: dict[str, Any],
             budget_best: dict[str, Any], third: int) -> None:
     """The grid's best and the budget's best measured again, alternating, ROUNDS times."""

@@ -304,13 +304,14 @@ class Supervisor:
                     ready = True
                     self._drain_stage_events(ready)
                     self._state.healthy_at = time.time()
-                    self._set_stage(Stage.HEALTHY, f"{self.url} answers /health after {self._elapsed():.0f} s")
+                    self._set_stage(Stage.HEALTHY, f"{self.url} answers {self.record.health_path} after "
+                                                   f"{self._elapsed():.0f} s")
                     self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
                     if self.options.on_ready is not None:
                         self.options.on_ready()
                 elif self._state.stage == Stage.UNHEALTHY:
-                    self._set_stage(Stage.HEALTHY, "answers /health again" if self.record.serves_api else
-                                    "the cluster is whole again")
+                    self._set_stage(Stage.HEALTHY, f"answers {self.record.health_path} again"
+                                    if self.record.serves_api else "the cluster is whole again")
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
@@ -330,7 +331,7 @@ class Supervisor:
             up = self._elapsed() >= self.options.headless_settle_s
             return up, "the headless engine is starting"
         if not health_ok(self.url, timeout=self.options.health_timeout_s, path=self.record.health_path):
-            return False, "/health stopped answering"
+            return False, f"{self.record.health_path} stopped answering"
         cluster = self.record.ray_cluster
         if ready and cluster is not None:
             now = time.monotonic()

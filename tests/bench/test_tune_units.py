@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from npuops.bench.tune import Candidate, Slo, Trial, expected, search_space
+from npuops.bench.tune import Candidate, Slo, Trial, _stop_launcher, expected, search_space
 from npuops.bench.tuned import read_tuned, request_as_flags, write_tuned
 from npuops.errors import BadInputError
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import parse_hardware_spec
+from npuops.settings import Settings
 from tests.support.model_dirs import write_tiny_model
 from tests.support.paths import REPO
 
@@ -75,20 +79,14 @@ def test_a_file_that_is_not_a_tuned_one_is_one_error(tmp_path: Path, text: str, 
 def test_a_trial_launch_without_a_record_yet_is_ended_with_its_session(tmp_path: Path) -> None:
     """A trial that times out before launch wrote the instance's record has no supervisor to ask: the launch's
     own session (it and what it started) is ended instead."""
-    from npuops.bench.tune import _stop_launcher
-    from npuops.settings import Settings
-
     launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
                                  "subprocess.Popen(['sleep', '300']); time.sleep(300)"], start_new_session=True)
-    settings = Settings(state_dir=tmp_path / "state")
-    _stop_launcher(settings, "never-written", launcher)
+    _stop_launcher(Settings(state_dir=tmp_path / "state"), "never-written", launcher)
     assert launcher.poll() is not None
-    import psutil
 
     def left() -> list[int]:  # the group's processes still running (an orphan's zombie waits for init)
         return [p.pid for p in psutil.process_iter(["status"]) if p.info["status"] != psutil.STATUS_ZOMBIE
                 and _pgid(p.pid) == launcher.pid]
-    import time
 
     for _ in range(50):  # the signal reaches them all at once; dying takes them a moment
         if not left():
@@ -98,8 +96,6 @@ def test_a_trial_launch_without_a_record_yet_is_ended_with_its_session(tmp_path:
 
 
 def _pgid(pid: int) -> int | None:
-    import os
-
     try:
         return os.getpgid(pid)
     except ProcessLookupError:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from npuops.httpclient import http_request
 from npuops.instance.control import port_taken
 from tests.support.http_server import free_port
 from tests.support.systemd import ServingNode
@@ -135,13 +136,9 @@ def test_requests_through_the_endpoint_reach_both_replicas(serving_node: Serving
 
 
 def _router_health(port: int) -> int:
-    try:
-        with DIRECT.open(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return 0
+    """The status vllm-router's own /health answers (0: nothing answered)."""
+    answer = http_request(f"http://127.0.0.1:{port}/health", timeout=10)
+    return answer[0] if answer is not None else 0
 
 
 def test_a_replica_down_leaves_the_router_serving_and_its_watchdog_quiet(serving_node: ServingNode,
