@@ -34,9 +34,10 @@ from foreground import foreground_instance  # benchmarks/, beside this script
 REPO = Path(__file__).resolve().parents[1]
 WORKLOAD_A = {"input_len": 128, "output_len": 32, "concurrency": 4}
 WORKLOAD_B = {"input_len": 256, "output_len": 64, "concurrency": 2}
-# The small model (401 MB of float32 weights) is memory-bound on this machine: a decode step reads all of it, so its
-# benches send fewer requests.
-NUM_PROMPTS = {"tiny": 40, "small": 8}
+# Enough requests that one blip of a 2-core machine (a health probe, a GC pause) does not move a whole bench: the
+# tiny model's 40 requests took one second, and two benches of one load differed by 20-35%; the small model's 8
+# (two waves) gave medians that hung on the first wave.
+NUM_PROMPTS = {"tiny": 200, "small": 40}
 FIGURES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("output_throughput", "output_tokens_per_s"))
 
 

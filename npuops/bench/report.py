@@ -97,6 +97,13 @@ def render_report_text(report: dict[str, Any]) -> str:
     out.append(table(["figure", "median", "p99", "predicted", "measured/predicted"], rows))
     if report.get("prediction_note"):
         out.append(f"  prediction: {report['prediction_note']}")
+    cache = report.get("prefix_cache")
+    if cache and cache["queried_tokens"]:
+        cached = (f"  prefix cache: {cache['hit_rate'] * 100:.1f}% of {cache['queried_tokens']:.0f} prompt tokens "
+                  "found cached")
+        if cache.get("repeated_prompts"):
+            cached += " (TTFT measures partly cached prompts: give another --seed for new ones)"
+        out.append(cached)
     limits = report.get("hardware_limit")
     if limits:
         out.append(f"  hardware: decode at {limits['decode_fraction'] * 100:.1f}% of the memory-bandwidth (HBM) "

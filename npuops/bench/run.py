@@ -14,6 +14,7 @@ stopped for it and started again after; the CPU engine leaves enough of the host
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -35,9 +36,10 @@ from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError, EnvironmentMissingError, MeasurementError, UsageError
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
-from npuops.httpclient import base_url
+from npuops.httpclient import base_url, http_request
 from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok
+from npuops.instance.metrics import Sample, parse_prometheus, prefix_cache_use
 from npuops.instance.record import InstanceRecord, load_record
 from npuops.plan.calibration import CalibrationSample, CalibrationStore, stack_key
 from npuops.plan.performance import PerfInputs, predict, roofline
@@ -57,7 +59,7 @@ class BenchRequest:
     concurrency: int | None = None
     request_rate: float | None = None
     num_prompts: int | None = None
-    seed: int = 0
+    seed: int | None = None  # None: a fresh one (prompts new to the prefix cache)
     baseline: str | None = None
     model: str | None = None  # with a URL: the model directory (its tokenizer)
     served_model_name: str | None = None  # with a URL
@@ -152,7 +154,11 @@ def bench_load(request: BenchRequest, perf: PerfInputs | None) -> BenchLoad:
         output_len=request.output_len or (perf.output_len if perf else 128),
         concurrency=concurrency, request_rate=rate,
         # Enough requests that the medians settle and each in-flight slot turns over several times.
-        num_prompts=request.num_prompts or max(40, 10 * concurrency), seed=request.seed)
+        num_prompts=request.num_prompts or max(40, 10 * concurrency),
+        # vLLM's random prompts of one seed are the same every run, and those of a longer --input-len start with
+        # the shorter ones' tokens: a second bench on a warm instance found 18% of its prompt tokens (another
+        # load's, 33%) in the prefix cache and measured a shorter TTFT. A fresh seed keeps each bench's prompts new.
+        seed=request.seed if request.seed is not None else secrets.randbelow(2**31))
     ensure_positive(load)
     return load
 
@@ -188,8 +194,9 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
                                f"start it and wait until `npuops status {target.label}` says healthy")
     node = discover_node(_serving_probe(settings, target))
     stack = stack_key(node.python_stack.versions)
+    # vLLM's random dataset (range ratio 0) with --ignore-eos: every request exactly the load's lengths.
     perf = perf_plan.for_load(input_len=load.input_len, output_len=load.output_len, concurrency=load.concurrency,
-                              request_rate=load.request_rate) if perf_plan else None
+                              request_rate=load.request_rate, fixed_lengths=True) if perf_plan else None
     store = CalibrationStore(settings.state_dir)
     choice = store.choose(target.record.hardware_label, stack) if target.record and perf else None
 
@@ -197,6 +204,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     work = scratch_dir()
     argv = bench_serve_argv(target.vllm, base_url=target.url, model_path=target.model_path,
                             served_model_name=target.served_model_name, load=load, result_dir=work)
+    cache_before = _scrape_metrics(target)
     started = time.monotonic()
     measured = run_bench_serve(argv, env=bench_environment(target.api_key), result_dir=work,
                                timeout_s=request.timeout_s,
@@ -212,7 +220,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         "plan": {"perf_inputs": perf_plan.to_json(), "prediction_at_launch": target.record.prediction}
         if perf_plan and target.record else None,
         "predicted": None, "ratios": None, "hardware_limit": None, "prediction_note": None,
-        "baseline": None, "calibration": None,
+        "baseline": None, "calibration": None, "prefix_cache": _prefix_cache_during(cache_before, target, load),
     }
     if perf is not None and choice is not None:
         predicted = predict(perf, factors=choice.factors)
@@ -240,6 +248,23 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         path = keep_bench(target.record, report)
         report["file"] = str(path)
     return report
+
+
+def _scrape_metrics(target: BenchTarget) -> list[Sample] | None:
+    answer = http_request(f"{target.url}/metrics", timeout=10.0, api_key=target.api_key)
+    return parse_prometheus(answer[1].decode("utf-8", "replace")) if answer and answer[0] == 200 else None
+
+
+def _prefix_cache_during(before: list[Sample] | None, target: BenchTarget, load: BenchLoad) -> dict[str, Any] | None:
+    """How much of the bench's prompts the engine found in its prefix cache (a repeated prompt set measures a
+    shorter TTFT than new prompts get); None where the endpoint exports no such counters (a router)."""
+    after = _scrape_metrics(target) if before is not None else None
+    use = prefix_cache_use(before, after) if before is not None and after is not None else None
+    if use is None:
+        return None
+    # The warm-ups are `concurrency` copies of the first prompt, which the measured run sends once more: those
+    # hits are the tool's own; more means prompts the instance had seen before this bench.
+    return {**use, "repeated_prompts": use["hit_tokens"] > (load.concurrency + 1) * load.input_len}
 
 
 def _baseline_request(target: BenchTarget, load: BenchLoad) -> dict[str, Any]:

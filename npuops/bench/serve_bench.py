@@ -2,9 +2,9 @@
 
 The figures come from the JSON file the tool writes (vllm/benchmarks/serve.py, `result_json` merged with the
 `metrics`), never from its printed table. Requests go to the OpenAI completions endpoint with vLLM's random
-dataset: `--ignore-eos` makes every request produce exactly the asked output length, `--seed` makes the prompts
-the same on every run (the plain-PyTorch baseline draws the same ones), and the percentiles asked for are the
-median and p99 of TTFT, TPOT, ITL and end-to-end latency.
+dataset: `--ignore-eos` makes every request produce exactly the asked output length, `--seed` picks the prompts
+(a fresh seed per bench, so they are new to the instance's prefix cache; the plain-PyTorch baseline draws the same
+ones with it), and the percentiles asked for are the median and p99 of TTFT, TPOT, ITL and end-to-end latency.
 """
 
 from __future__ import annotations

@@ -141,7 +141,9 @@ def search_space(plan: Plan) -> list[Candidate]:
 def _predict(settings: Settings, request: PlanRequest, model: ModelSpec, target: HardwareTarget,
              candidate: Candidate) -> dict[str, float] | None:
     """The calibrated prediction of a candidate, or None when the planner says it does not fit."""
-    plan_request = replace(request, fixed={**dict(request.fixed), **candidate.fixed})
+    # Trials are benches: fixed lengths, so a closed loop runs in waves (what the trial's bench is predicted as).
+    plan_request = replace(request, fixed={**dict(request.fixed), **candidate.fixed},
+                           workload=replace(request.workload, fixed_lengths=True))
     try:
         plan = make_plan(model, target, plan_request.workload, plan_request.options,
                          node_calibration(settings, target, ignore=plan_request.no_calibration))

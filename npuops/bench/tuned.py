@@ -7,6 +7,7 @@ measured figures and the trial count; launch reads only the request.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,7 @@ def request_to_json(request: PlanRequest) -> dict[str, Any]:
     w = request.workload
     return {
         "model": request.model, **{name: getattr(request, name) for name in _REQUEST_FIELDS},
-        "workload": {"input_len": w.input_len, "output_len": w.output_len, "concurrency": w.concurrency,
-                     "request_rate": w.request_rate, "objective": w.objective},
+        "workload": dataclasses.asdict(w),
         "fixed": dict(request.fixed),
     }
 

@@ -22,7 +22,9 @@ from npuops.plan.inputs import Workload
 @click.option("--request-rate", type=declared_type(Workload, "request_rate"),
               help="Requests per second, Poisson arrivals [default: the plan's, else all at once].")
 @click.option("--num-prompts", type=click.IntRange(1), help="Requests in all [default: 10 per slot, 40 at least].")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the random prompts.")
+@click.option("--seed", type=click.IntRange(0),
+              help="Seed of the random prompts, to repeat a bench's exact prompts [default: a fresh one, so they are "
+                   "new to the instance's prefix cache; the report keeps it].")
 @click.option("--baseline", type=click.Choice(["transformers"]),
               help="Also run the same prompts through plain PyTorch (transformers generate, static batches) and "
                    "print vLLM/plain beside the founding document's 1.7x / -40%.")
@@ -38,7 +40,7 @@ from npuops.plan.inputs import Workload
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def bench(ctx: click.Context, /, target: str, input_len: int | None, output_len: int | None, concurrency: int | None,
-          request_rate: float | None, num_prompts: int | None, seed: int, baseline: str | None,
+          request_rate: float | None, num_prompts: int | None, seed: int | None, baseline: str | None,
           model_dir: Path | None, served_model_name: str | None, api_key_file: Path | None, vllm_bin: str | None,
           no_calibrate: bool, timeout_s: float, as_json: bool) -> None:
     """Measure TARGET (an instance NAME, or an endpoint URL) with `vllm bench serve`.

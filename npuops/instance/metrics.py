@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus"]
+__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus", "prefix_cache_use"]
 
 
 def parse_prometheus(text: str) -> list[Sample]:
@@ -91,6 +91,19 @@ def engine_figures(now: Sequence[Sample], before: Sequence[Sample] | None = None
             latest, earlier = _sum(now, family), _sum(before, family)
             figures[key] = (latest - earlier) / interval_s if latest is not None and earlier is not None else None
     return figures
+
+
+def prefix_cache_use(before: Sequence[Sample], after: Sequence[Sample]) -> dict[str, float] | None:
+    """Prompt tokens the engine looked up in its prefix cache between two scrapes and how many it found there
+    (vLLM's vllm:prefix_cache_queries_total / vllm:prefix_cache_hits_total, in tokens); None without them."""
+    queried_before, queried_after = (_sum(s, "vllm:prefix_cache_queries_total") for s in (before, after))
+    hit_before, hit_after = (_sum(s, "vllm:prefix_cache_hits_total") for s in (before, after))
+    if queried_before is None or queried_after is None or hit_before is None or hit_after is None:
+        return None
+    queried, hit = queried_after - queried_before, hit_after - hit_before
+    if queried < 0 or hit < 0:
+        return None  # the engine restarted between the scrapes: its counters began again
+    return {"queried_tokens": queried, "hit_tokens": hit, "hit_rate": round(hit / queried, 4) if queried else 0.0}
 
 
 def _by_worker(samples: Sequence[Sample], name: str) -> dict[str, float]:

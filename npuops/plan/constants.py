@@ -38,6 +38,7 @@ class PerfConstants:
     cpu_flops_per_core: float
     cpu_memory_bandwidth_bytes_per_s: float
     cpu_us_per_layer: float
+    cpu_host_us_per_seq: float
 
 
 def _memory(raw: dict[str, Any]) -> MemoryConstants:
@@ -71,6 +72,7 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         cpu_flops_per_core=float(cpu["flops_per_core"]),
         cpu_memory_bandwidth_bytes_per_s=float(cpu["memory_bandwidth_bytes_per_s"]),
         cpu_us_per_layer=float(cpu["us_per_layer"]),
+        cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),
     )
 
 

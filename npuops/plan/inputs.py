@@ -37,6 +37,9 @@ class Workload:
     objective: str = declared(limits=Limits(choices=OBJECTIVES),
                               flag=UserFlag("objective", "What to favour where the two pull apart."),
                               default="throughput")
+    fixed_lengths: bool = declared(flag=UserFlag(
+        "fixed-lengths", "Every request exactly --input-len in and --output-len out, as a benchmark sends them "
+        "(a closed loop then runs in waves) [default: lengths that vary around those]."), default=False)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -115,6 +115,7 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
         input_len=workload.input_len, output_len=workload.output_len, concurrency=workload.concurrency,
         request_rate=workload.request_rate, max_num_seqs=max_num_seqs, kv_cache_tokens=ev.budget.kv_cache_tokens,
         cpu_count=target.cpu_count, max_num_batched_tokens=s.max_num_batched_tokens,
+        fixed_lengths=workload.fixed_lengths,
     )
 
 

@@ -10,7 +10,14 @@ The model (constants in npuops/data/perf_model.toml):
   graphs, FULL_DECODE_ONLY) and, with TP > 1, two all-reduces per layer whose latency grows with the group.
   This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (perf-anchors.md, C6).
 * With several requests in flight, chunked prefill interleaves the other requests' prompts with decode
-  steps, so each step also carries (B - 1) x input/output prompt tokens (the TPOT a benchmark measures).
+  steps, so each step also carries (B - 1) x input/output prompt tokens: requests of mixed lengths arrive and finish
+  at random times, so a step of B running sequences carries on average the prompts of the ones that finished.
+* Requests of one fixed length in a closed loop (a benchmark: vLLM's random dataset with `--ignore-eos`, which
+  `npuops bench` sends) do not interleave: they run in *waves* that start and finish together. Of each wave the
+  first request is prefilled alone (it reaches an idle engine), the other B - 1 together in the next step, then all
+  B decode in lockstep with no prompt in the step; when they finish, the client sends the next B at once, and the
+  API server takes them in one after another (each waits for the overheads of those before it). Seen in vLLM's
+  per-request timings (`vllm bench serve --save-detailed`, the README's calibration section).
 * Concurrency: a fixed concurrency runs min(concurrency, max_num_seqs, KV capacity) sequences per replica and
   queues the rest; a request rate is turned into concurrency with Little's law.
 """
@@ -48,6 +55,8 @@ class PerfInputs:
     kv_cache_tokens: int
     cpu_count: int | None = None
     max_num_batched_tokens: int = 0  # tokens one step may carry; 0 = no limit
+    # Every request exactly input_len in / output_len out, as a benchmark sends them: a closed loop then runs in waves.
+    fixed_lengths: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """What a launched instance keeps (instance.json), so a bench predicts the configuration that runs."""
@@ -66,10 +75,15 @@ class PerfInputs:
         return cls(arch=arch, **{k: v for k, v in data.items() if k in own})
 
     def for_load(self, *, input_len: int, output_len: int, concurrency: int,
-                 request_rate: float | None) -> PerfInputs:
+                 request_rate: float | None, fixed_lengths: bool = False) -> PerfInputs:
         """The same deployment under another load (a bench's, a tune trial's)."""
         return replace(self, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                       request_rate=request_rate)
+                       request_rate=request_rate, fixed_lengths=fixed_lengths)
+
+    @property
+    def in_waves(self) -> bool:
+        """Whether the load runs in synchronized waves (fixed lengths in a closed loop)."""
+        return self.fixed_lengths and self.request_rate is None
 
 
 @dataclass(frozen=True)
@@ -167,32 +181,36 @@ def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
     return tokens * (2.0 * active + 4.0 * arch.num_layers * context * attn_width)
 
 
-def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 1.0) -> tuple[float, str]:
-    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves; `scale`
-    is a calibration's measured/predicted step."""
+def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 1.0,
+                  interleave: bool = True) -> tuple[float, str]:
+    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves (unless
+    `interleave` is False: a wave's lockstep decode); `scale` is a calibration's measured/predicted step."""
     flops, bandwidth = _device_rates(p, c)
     context = p.input_len + p.output_len / 2
     bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
     # Stages run one after another for a given token, so PP does not shorten the per-token path.
     memory_s = p.pp * bytes_read / (bandwidth * c.bandwidth_efficiency)
     compute_s = 2.0 * count_parameters(p.arch).active * batch / (p.tp * flops * c.decode_mfu)
-    interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1)
+    interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1) if interleave else 0.0
     if p.max_num_batched_tokens:
         interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
     # Interleaved prompt chunks ride in the same matmuls as the decode tokens: the step reads the weights once
     # and is bound by whichever of memory traffic and total compute is larger.
     compute_s += prefill_flops(p.arch, interleaved_tokens, p.input_len / 2) / (p.tp * flops * c.prefill_mfu)
     # The host schedules, samples and detokenizes every running sequence each step.
-    overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * c.host_us_per_seq * 1e-6
+    per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
+    overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * per_seq_us * 1e-6
     bound = "memory" if memory_s >= compute_s else "compute"
     return (overhead_s + max(memory_s, compute_s)) * scale, bound
 
 
-def prefill_s(p: PerfInputs, c: PerfConstants) -> float:
-    """Time to prefill one prompt alone: compute-bound, but never faster than one pass over the weights."""
+def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
+    """Time to prefill `prompts` prompts in one step: compute-bound, but never faster than one pass over the
+    weights (which the prompts of one step share)."""
     flops, bandwidth = _device_rates(p, c)
-    compute = prefill_flops(p.arch, p.input_len, p.input_len / 2) / (p.tp * p.pp * flops * c.prefill_mfu)
-    memory = p.pp * _weights_read_per_step(p, p.input_len) / (bandwidth * c.bandwidth_efficiency)
+    tokens = prompts * p.input_len
+    compute = prefill_flops(p.arch, tokens, p.input_len / 2) / (p.tp * p.pp * flops * c.prefill_mfu)
+    memory = p.pp * _weights_read_per_step(p, tokens) / (bandwidth * c.bandwidth_efficiency)
     # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
     mode = "eager" if p.mode == "full_decode_only" else p.mode
     return max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c)
@@ -209,12 +227,50 @@ def _slots_per_replica(p: PerfInputs) -> float:
     return max(1.0, slots)
 
 
+def _closed_loop_share(p: PerfInputs, slots: float) -> tuple[float, float, float, float]:
+    """(busy replicas, requests per busy replica, running, queued) of a fixed concurrency: with fewer requests than
+    replicas only as many replicas are ever busy (concurrency 1 over eight replicas is one stream, not eight)."""
+    busy_replicas = float(min(max(p.replicas, 1), max(p.concurrency, 1)))
+    per_replica = max(p.concurrency, 1) / busy_replicas
+    running = min(per_replica, slots)
+    return busy_replicas, per_replica, running, per_replica - running
+
+
+def _predict_waves(p: PerfInputs, c: PerfConstants, factors: CalibrationFactors, slots: float) -> Prediction:
+    """A closed loop of fixed-length requests: synchronized waves (module docstring)."""
+    busy_replicas, _per_replica, running, queued = _closed_loop_share(p, slots)
+    step, bound = decode_step_s(p, running, c, factors.step, interleave=False)
+    overhead = c.request_overhead_ms / 1e3 * factors.ttft
+    alone = prefill_s(p, c) * factors.ttft
+    together = prefill_s(p, c, running - 1.0) * factors.ttft if running > 1 else 0.0
+    # A wave's requests reach the API server together, which takes them in one after another: the k-th request's
+    # first token waits for k requests' overhead (the tiny model's median TTFT at 4 and 2 in flight, 16.1 and
+    # 9.5 ms, is 2.5 and 1.5 times the same 6 ms). The wave ends with its last request: all the overheads, the
+    # first prompt alone, the others in one step, then lockstep decode.
+    wave = overhead * running + alone + together + max(p.output_len - 1, 0) * step
+    # The medians: the middle request's overhead; from three running on the later requests' prefill; with two,
+    # halfway between the first (early first token, its second waiting for the other prompt) and the second.
+    later_share = min(max(running - 1.0, 0.0) / 2.0, 1.0)
+    ttft = overhead * (running + 1.0) / 2.0 + alone + together * later_share
+    tpot = step + (1.0 - later_share) * together / max(p.output_len - 1, 1)
+    if queued > 0:
+        # Requests beyond the free slots wait for whole waves to finish.
+        ttft += queued / running * wave
+    e2e = ttft + max(p.output_len - 1, 0) * tpot
+    output_per_s = busy_replicas * running * p.output_len / wave * factors.throughput if wave > 0 else 0.0
+    return Prediction(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, output_tokens_per_s=output_per_s,
+                      running_per_replica=running, queued_per_replica=queued, saturated=False, decode_bound=bound,
+                      e2e_ms=e2e * 1e3, busy_replicas=busy_replicas, output_len=p.output_len)
+
+
 def predict(p: PerfInputs, c: PerfConstants | None = None,
             factors: CalibrationFactors | None = None) -> Prediction:
     c = c or perf_constants()
     factors = factors or CalibrationFactors()
     replicas = max(p.replicas, 1)
     slots = _slots_per_replica(p)
+    if p.in_waves:
+        return _predict_waves(p, c, factors, slots)
     first = prefill_s(p, c) * factors.ttft
     saturated = False
 
@@ -238,12 +294,7 @@ def predict(p: PerfInputs, c: PerfConstants | None = None,
         output_per_s = replicas * served_rate * p.output_len
         busy_replicas = float(replicas)
     else:
-        # A fixed concurrency keeps that many requests in flight: with fewer than there are replicas, only as many
-        # replicas are ever busy (concurrency 1 over eight replicas is one stream, not eight).
-        busy_replicas = float(min(replicas, max(p.concurrency, 1)))
-        per_replica = max(p.concurrency, 1) / busy_replicas
-        running = min(per_replica, slots)
-        queued = per_replica - running
+        busy_replicas, per_replica, running, queued = _closed_loop_share(p, slots)
         step, bound = decode_step_s(p, running, c, factors.step)
 
     ttft = c.request_overhead_ms / 1e3 * factors.ttft + first

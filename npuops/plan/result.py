@@ -169,6 +169,7 @@ class Plan:
                 "concurrency": self.workload.concurrency,
                 "request_rate": self.workload.request_rate,
                 "objective": self.workload.objective,
+                "fixed_lengths": self.workload.fixed_lengths,
             },
             "config": self.config,
             "env": self.env,

@@ -78,6 +78,9 @@ def render_plan_text(plan: Plan) -> str:
 def assumed_load(workload: dict[str, Any], prediction: dict[str, Any], replicas: int) -> str:
     """The load a prediction is for, in words: what arrives, and how the replicas hold it."""
     lengths = f"{workload['input_len']} in / {workload['output_len']} out tokens"
+    if workload.get("fixed_lengths"):
+        lengths += (" exactly (in waves, as a bench sends them)" if workload.get("request_rate") is None
+                    else " exactly")
     arriving = (f"{workload['request_rate']} requests/s" if workload.get("request_rate") is not None
                 else f"{workload['concurrency']} in flight")
     busy = prediction["busy_replicas"]

@@ -77,6 +77,14 @@ def test_the_load_defaults_to_the_plans() -> None:
     assert bench_load(BenchRequest("x"), None).input_len == 512
 
 
+def test_each_bench_draws_new_prompts_unless_given_a_seed() -> None:
+    """vLLM's random prompts of one seed repeat, and would meet the instance's prefix cache the second time."""
+    seeds = {bench_load(BenchRequest("x"), None).seed for _ in range(8)}
+    assert len(seeds) > 1 and all(0 <= s < 2**31 for s in seeds)
+    assert bench_load(BenchRequest("x", seed=7), None).seed == 7
+    assert bench_load(BenchRequest("x", seed=0), None).seed == 0
+
+
 def test_ratios_and_hardware_fractions() -> None:
     perf = _plan().perf
     measured = parse_serve_result(FIXTURE.read_text())
@@ -107,6 +115,13 @@ def test_the_report_text_and_the_status_headline() -> None:
     text = render_report_text(report)
     assert "TTFT ms" in text and "measured/predicted" in text
     assert "kept in /s/demo/bench/x.json" in text
+    assert "prefix cache" not in text  # an endpoint without the counters
+    fresh = {"queried_tokens": 5644.0, "hit_tokens": 128.0, "hit_rate": 0.0227, "repeated_prompts": False}
+    assert "prefix cache: 2.3% of 5644 prompt tokens found cached\n" in render_report_text(
+        {**report, "prefix_cache": fresh})
+    repeated = {**fresh, "hit_tokens": 1024.0, "hit_rate": 0.1814, "repeated_prompts": True}
+    assert "18.1% of 5644 prompt tokens found cached (TTFT measures partly cached prompts: give another --seed" in (
+        render_report_text({**report, "prefix_cache": repeated}))
     headline = bench_headline(report)
     assert headline is not None
     assert headline["median_tpot_ms"] == pytest.approx(measured.latency["tpot"].median_ms, abs=1e-3)

@@ -11,8 +11,9 @@ import pytest
 from npuops.errors import BadInputError
 from npuops.plan.calibration import CalibrationSample, CalibrationStore, fit
 from npuops.plan.catalog import load_model
+from npuops.plan.constants import perf_constants
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.performance import CalibrationFactors, PerfInputs, predict
+from npuops.plan.performance import CalibrationFactors, PerfInputs, decode_step_s, predict, prefill_s
 from npuops.plan.planner import make_plan
 from npuops.plan.target import parse_hardware_spec
 from npuops.plan.text import render_plan_text
@@ -54,6 +55,54 @@ def test_perf_inputs_round_trip_through_json() -> None:
     assert (moved.input_len, moved.output_len, moved.concurrency, moved.tp) == (64, 8, 2, perf.tp)
     with pytest.raises(KeyError):
         PerfInputs.from_json({"kind": "npu"})
+
+
+def test_fixed_lengths_in_a_closed_loop_run_in_waves() -> None:
+    """A bench's load (fixed lengths, closed loop): the first prompt of a wave alone, the others in one step, then
+    lockstep decode with no prompt in the step; throughput is the wave's requests over the wave's last one."""
+    c = perf_constants()
+    mixed = founding_plan(32).perf
+    waves = replace(mixed, fixed_lengths=True)
+    assert waves.in_waves and not mixed.in_waves
+    p = predict(waves)
+    running = p.running_per_replica
+    assert running >= 3 and p.queued_per_replica == 0
+    step, _ = decode_step_s(waves, running, c, interleave=False)
+    assert p.tpot_ms == pytest.approx(step * 1e3)
+    # No prompt rides in a wave's decode step: never slower than the mixed-length step that carries them, and
+    # faster where those prompts make the step compute-bound.
+    assert p.tpot_ms <= predict(mixed).tpot_ms
+    long_prompts = replace(waves, input_len=4096, output_len=16)
+    assert predict(long_prompts).tpot_ms < predict(replace(long_prompts, fixed_lengths=False)).tpot_ms
+    alone, together = prefill_s(waves, c), prefill_s(waves, c, running - 1)
+    assert together > alone  # the other prompts' compute, in one step
+    # The API server takes a wave's requests in one after another: the middle one waits for (B + 1) / 2 overheads.
+    assert p.ttft_ms == pytest.approx(c.request_overhead_ms * (running + 1) / 2 + (alone + together) * 1e3)
+    last_ttft_ms = c.request_overhead_ms * running + (alone + together) * 1e3
+    wave_s = (last_ttft_ms + (waves.output_len - 1) * p.tpot_ms) / 1e3
+    assert p.output_tokens_per_s == pytest.approx(p.busy_replicas * running * waves.output_len / wave_s)
+    assert p.e2e_ms == pytest.approx(p.ttft_ms + (waves.output_len - 1) * p.tpot_ms)
+    # Two in flight: the medians halfway between the first request (prefilled alone) and the second.
+    two = replace(waves, concurrency=2, replicas=1)
+    pair = predict(two)
+    together_one = prefill_s(two, c, 1.0)
+    assert pair.ttft_ms == pytest.approx(c.request_overhead_ms * 1.5 + (prefill_s(two, c) + together_one / 2) * 1e3)
+    pair_step, _ = decode_step_s(two, 2.0, c, interleave=False)
+    assert pair.tpot_ms == pytest.approx((pair_step + together_one / 2 / (two.output_len - 1)) * 1e3)
+    # One in flight: nothing to synchronize, the same as the mixed-length model.
+    one = replace(waves, concurrency=1)
+    assert predict(one).as_dict() == predict(replace(one, fixed_lengths=False)).as_dict()
+    # A request rate is an open loop: no waves, fixed lengths or not.
+    rated = replace(waves, request_rate=2.0)
+    assert not rated.in_waves and predict(rated) == predict(replace(rated, fixed_lengths=False))
+
+
+def test_the_plan_says_when_it_assumes_a_bench_load() -> None:
+    plan = make_plan(load_model("llama-2-13b-chat"), parse_hardware_spec("910B3x8"),
+                     Workload(input_len=512, output_len=128, concurrency=32, fixed_lengths=True), PlanOptions())
+    assert plan.perf.fixed_lengths and plan.to_json()["workload"]["fixed_lengths"] is True
+    assert "512 in / 128 out tokens exactly (in waves, as a bench sends them)" in render_plan_text(plan)
+    assert "exactly" not in render_plan_text(founding_plan(32))
 
 
 def _sample(perf: PerfInputs, ttft_scale: float, step_scale: float, hardware: str = "910B3x8",

@@ -31,6 +31,8 @@ START_TIMEOUT_S = 240.0
 LOAD = ("--input-len", "128", "--output-len", "16", "--concurrency", "4")
 # The plan's flags with the bench's load, so `npuops plan` predicts the same workload.
 PLANNED = (*PLAN_FLAGS[: PLAN_FLAGS.index("--input-len")], *PLAN_FLAGS[PLAN_FLAGS.index("--output-len") + 2:], *LOAD)
+# The bench's own load as a plan states it: every request exactly those lengths (a closed loop in waves).
+PLANNED_AS_BENCHED = (*PLANNED, "--fixed-lengths")
 
 
 @dataclass
@@ -91,8 +93,13 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     measured = report["measured"]
     # The plan's load by default, every request answered with exactly its output length (--ignore-eos), which
     # also proves the key from the env file reached the tool: without it every request is a 401.
+    seed = report["load"].pop("seed")
+    assert isinstance(seed, int) and seed >= 0  # a fresh one: prompts new to the instance's prefix cache
     assert report["load"] == {"input_len": 128, "output_len": 16, "concurrency": 4, "request_rate": None,
-                              "num_prompts": 24, "seed": 0}
+                              "num_prompts": 24}
+    # The engine's own prefix-cache counters around the bench: only the tool's warm-up copies of the first prompt hit.
+    cache = report["prefix_cache"]
+    assert cache["queried_tokens"] >= 24 * 128 and cache["repeated_prompts"] is False, cache
     assert measured["completed"] == 24 and measured["failed"] == 0
     assert measured["total_output_tokens"] == 24 * 16
     for metric in ("ttft", "tpot", "itl", "e2el"):
@@ -118,7 +125,7 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     assert "bench     " in text and "x predicted" in text
 
     # The next plan of the same workload on this node predicts what was measured, within 10%.
-    planned = instance.ws.run("plan", str(instance.model), *PLANNED, "--json")
+    planned = instance.ws.run("plan", str(instance.model), *PLANNED_AS_BENCHED, "--json")
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
     assert plan["calibration"]["applied"] is not None, plan["calibration"]["why"]
@@ -127,10 +134,20 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     assert p["ttft_ms"] == pytest.approx(measured["latency"]["ttft"]["median_ms"], rel=0.10)
     assert p["tpot_ms"] == pytest.approx(measured["latency"]["tpot"]["median_ms"], rel=0.10)
     assert p["output_tokens_per_s"] == pytest.approx(measured["output_throughput"], rel=0.10)
-    uncalibrated = instance.ws.run("plan", str(instance.model), *PLANNED, "--json", "--no-calibration")
+    uncalibrated = instance.ws.run("plan", str(instance.model), *PLANNED_AS_BENCHED, "--json", "--no-calibration")
     assert json.loads(uncalibrated.stdout)["prediction"] == plan["calibration"]["uncalibrated_prediction"]
     human = instance.ws.run("plan", str(instance.model), *PLANNED).stdout
     assert "calibration" in human and "from 1 bench on cpu" in human
+
+    # The same seed again sends the same prompts: the engine finds them in its prefix cache, and the report says so.
+    # (256-token prompts: the CPU engine caches whole 128-token blocks and always computes a prompt's last token,
+    # so a 128-token prompt can never be a hit.)
+    longer = ("--input-len", "256", "--num-prompts", "24", "--no-calibrate", "--json")
+    first = json.loads(instance.ws.run("bench", "b", *longer, timeout=600).stdout)
+    assert first["prefix_cache"]["repeated_prompts"] is False, first["prefix_cache"]
+    again = instance.ws.run("bench", "b", *longer[:-1], "--seed", str(first["load"]["seed"]), timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "TTFT measures partly cached prompts: give another --seed" in again.stdout, again.stdout
 
 
 def test_a_url_gives_the_figures_alone(instance: BenchedInstance, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from npuops.httpclient import base_url, client_host, http_request
 from npuops.instance.endpoint import first_completion, health_ok
-from npuops.instance.metrics import Sample, engine_figures, histogram_quantile, parse_prometheus
+from npuops.instance.metrics import Sample, engine_figures, histogram_quantile, parse_prometheus, prefix_cache_use
 from tests.support.http_server import Serve
 from tests.support.paths import FIXTURES
 
@@ -303,3 +303,21 @@ def test_engine_figures_of_an_empty_scrape() -> None:
     assert figures["ttft_s"] == {"p50": None, "p90": None, "p99": None}
     assert "kv_cache_tokens" not in figures
     assert engine_figures([], [], interval_s=1.0)["prompt_tokens_per_s"] is None
+
+
+def test_the_prefix_cache_use_between_two_scrapes() -> None:
+    """The counters of the recorded CPU engine's /metrics (22 tokens queried, none hit), then the same exposition
+    after a bench that queried 5644 prompt tokens and found 1024 cached (the counts of a repeated-seed bench)."""
+    before = METRICS_FIXTURE.read_text()
+    after = before.replace('vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 22.0',
+                           'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 5666.0')
+    after = after.replace('vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 0.0',
+                          'vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 1024.0')
+    assert after.count("5666.0") == 1 and after.count("} 1024.0") == 1
+    use = prefix_cache_use(parse_prometheus(before), parse_prometheus(after))
+    assert use == {"queried_tokens": 5644.0, "hit_tokens": 1024.0, "hit_rate": 0.1814}
+    # The engine restarted between the scrapes (its counters began again), or the endpoint is not an engine.
+    assert prefix_cache_use(parse_prometheus(after), parse_prometheus(before)) is None
+    router = (FIXTURES / "router" / "metrics.txt").read_text()
+    assert prefix_cache_use(parse_prometheus(router), parse_prometheus(router)) is None
+    assert prefix_cache_use(parse_prometheus(before), parse_prometheus(before))["hit_rate"] == 0.0
