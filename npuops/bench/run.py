@@ -36,10 +36,10 @@ from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError, EnvironmentMissingError, MeasurementError, UsageError
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
-from npuops.httpclient import base_url, http_request
+from npuops.httpclient import base_url
 from npuops.instance.bench_results import keep_bench
-from npuops.instance.endpoint import health_ok
-from npuops.instance.metrics import Sample, parse_prometheus, prefix_cache_use
+from npuops.instance.endpoint import health_ok, scrape_metrics
+from npuops.instance.metrics import Sample, prefix_cache_use
 from npuops.instance.record import InstanceRecord, load_record
 from npuops.plan.calibration import CalibrationSample, CalibrationStore, stack_key
 from npuops.plan.performance import PerfInputs, predict, roofline
@@ -204,7 +204,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     work = scratch_dir()
     argv = bench_serve_argv(target.vllm, base_url=target.url, model_path=target.model_path,
                             served_model_name=target.served_model_name, load=load, result_dir=work)
-    cache_before = _scrape_metrics(target)
+    cache_before = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key)
     started = time.monotonic()
     measured = run_bench_serve(argv, env=bench_environment(target.api_key), result_dir=work,
                                timeout_s=request.timeout_s,
@@ -250,15 +250,10 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     return report
 
 
-def _scrape_metrics(target: BenchTarget) -> list[Sample] | None:
-    answer = http_request(f"{target.url}/metrics", timeout=10.0, api_key=target.api_key)
-    return parse_prometheus(answer[1].decode("utf-8", "replace")) if answer and answer[0] == 200 else None
-
-
 def _prefix_cache_during(before: list[Sample] | None, target: BenchTarget, load: BenchLoad) -> dict[str, Any] | None:
     """How much of the bench's prompts the engine found in its prefix cache (a repeated prompt set measures a
     shorter TTFT than new prompts get); None where the endpoint exports no such counters (a router)."""
-    after = _scrape_metrics(target) if before is not None else None
+    after = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key) if before is not None else None
     use = prefix_cache_use(before, after) if before is not None and after is not None else None
     if use is None:
         return None

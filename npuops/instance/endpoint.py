@@ -1,4 +1,5 @@
-"""Talking to a running engine: /health and one short completion (its /metrics figures are in metrics.py).
+"""Talking to a running engine: /health, one short completion and a scrape of /metrics (whose figures are in
+metrics.py).
 
 The HTTP calls use the standard library and never raise on a refused or reset connection (that is the normal
 state of an engine that is still loading).
@@ -10,11 +11,20 @@ import json
 from dataclasses import dataclass
 
 from npuops.httpclient import http_request
+from npuops.instance.metrics import Sample, parse_prometheus
 
 
 def health_ok(url: str, timeout: float = 5.0, path: str = "/health") -> bool:
     answer = http_request(url.rstrip("/") + path, timeout=timeout)
     return answer is not None and answer[0] == 200
+
+
+def scrape_metrics(url: str, timeout: float = 5.0, api_key: str | None = None) -> list[Sample] | None:
+    """The samples of `url`/metrics, or None when it does not answer 200 (a body that does not parse gives none)."""
+    answer = http_request(url.rstrip("/") + "/metrics", timeout=timeout, api_key=api_key)
+    if answer is None or answer[0] != 200:
+        return None
+    return parse_prometheus(answer[1].decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True)

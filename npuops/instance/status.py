@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
-from npuops.httpclient import base_url, http_request
+from npuops.httpclient import base_url
 from npuops.instance.bench_results import bench_headline, last_bench, render_bench_headline
 from npuops.instance.control import parts_of, pid_alive
-from npuops.instance.endpoint import health_ok
+from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.exit_statuses import unit_diagnosis
 from npuops.instance.manager import SystemdManager, UnitState
 from npuops.instance.membership import ClusterNode
-from npuops.instance.metrics import engine_figures, parse_prometheus, router_figures
+from npuops.instance.metrics import engine_figures, router_figures
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import (
     MANAGER_SYSTEMD,
@@ -231,13 +231,11 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
     if healthy and record.is_router:
         metrics = _router_metrics(record)
     elif healthy and record.serves_api:
-        first = http_request(url + "/metrics", timeout=5.0)
-        if first is not None and first[0] == 200:
-            before = parse_prometheus(first[1].decode("utf-8", "replace"))
+        before = scrape_metrics(url)
+        if before is not None:
             time.sleep(metrics_interval_s)
-            second = http_request(url + "/metrics", timeout=5.0)
-            if second is not None and second[0] == 200:
-                now = parse_prometheus(second[1].decode("utf-8", "replace"))
+            now = scrape_metrics(url)
+            if now is not None:
                 metrics = engine_figures(now, before, metrics_interval_s)
     last = done.diagnosis if done is not None else None
     # The supervisor's diagnosis, unless systemd could not even run it (or gave up restarting it).
@@ -269,10 +267,8 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
 def _router_metrics(record: InstanceRecord) -> dict[str, Any] | None:
     if record.metrics_port is None:
         return None
-    answer = http_request(base_url("127.0.0.1", record.metrics_port) + "/metrics", timeout=5.0)
-    if answer is None or answer[0] != 200:
-        return None
-    return router_figures(parse_prometheus(answer[1].decode("utf-8", "replace")))
+    samples = scrape_metrics(base_url("127.0.0.1", record.metrics_port))
+    return router_figures(samples) if samples is not None else None
 
 
 def _replica_statuses(record: InstanceRecord, manager: SystemdManager | None, metrics_interval_s: float
