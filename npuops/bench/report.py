@@ -104,6 +104,10 @@ def render_report_text(report: dict[str, Any]) -> str:
         if cache.get("repeated_prompts"):
             cached += " (TTFT measures partly cached prompts: give another --seed for new ones)"
         out.append(cached)
+    spec = report.get("speculative")
+    if spec and spec["draft_tokens"]:
+        out.append(f"  speculative decoding: {spec['acceptance_rate'] * 100:.1f}% of {spec['draft_tokens']:.0f} draft "
+                   "tokens accepted (the prediction uses this rate)")
     limits = report.get("hardware_limit")
     if limits:
         out.append(f"  hardware: decode at {limits['decode_fraction'] * 100:.1f}% of the memory-bandwidth (HBM) "

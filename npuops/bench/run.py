@@ -39,7 +39,7 @@ from npuops.hardware.probe import Probe
 from npuops.httpclient import base_url
 from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok, scrape_metrics
-from npuops.instance.metrics import Sample, prefix_cache_use
+from npuops.instance.metrics import Sample, prefix_cache_use, spec_decode_use
 from npuops.instance.record import InstanceRecord, load_record
 from npuops.plan.calibration import CalibrationSample, CalibrationStore, stack_key
 from npuops.plan.performance import PerfInputs, predict, roofline
@@ -220,8 +220,15 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         "plan": {"perf_inputs": perf_plan.to_json(), "prediction_at_launch": target.record.prediction}
         if perf_plan and target.record else None,
         "predicted": None, "ratios": None, "hardware_limit": None, "prediction_note": None,
-        "baseline": None, "calibration": None, "prefix_cache": _prefix_cache_during(cache_before, target, load),
+        "baseline": None, "calibration": None,
     }
+    after = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key) if cache_before is not None else None
+    report["prefix_cache"] = _prefix_cache_during(cache_before, after, load)
+    report["speculative"] = spec_decode_use(cache_before, after) if cache_before is not None and after else None
+    spec = report["speculative"]
+    if perf is not None and perf.spec_tokens and spec and spec["draft_tokens"]:
+        # Predict with the acceptance the engine measured on this load, not the method's default.
+        perf = replace(perf, spec_acceptance=spec["acceptance_rate"])
     if perf is not None and choice is not None:
         predicted = predict(perf, factors=choice.factors)
         report.update(predicted=predicted.as_dict(), ratios=prediction_ratios(measured, predicted),
@@ -250,10 +257,10 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     return report
 
 
-def _prefix_cache_during(before: list[Sample] | None, target: BenchTarget, load: BenchLoad) -> dict[str, Any] | None:
+def _prefix_cache_during(before: list[Sample] | None, after: list[Sample] | None, load: BenchLoad
+                         ) -> dict[str, Any] | None:
     """How much of the bench's prompts the engine found in its prefix cache (a repeated prompt set measures a
     shorter TTFT than new prompts get); None where the endpoint exports no such counters (a router)."""
-    after = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key) if before is not None else None
     use = prefix_cache_use(before, after) if before is not None and after is not None else None
     if use is None:
         return None

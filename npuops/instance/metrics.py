@@ -15,7 +15,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus", "prefix_cache_use"]
+__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus", "prefix_cache_use",
+           "spec_decode_use"]
 
 
 def parse_prometheus(text: str) -> list[Sample]:
@@ -104,6 +105,22 @@ def prefix_cache_use(before: Sequence[Sample], after: Sequence[Sample]) -> dict[
     if queried < 0 or hit < 0:
         return None  # the engine restarted between the scrapes: its counters began again
     return {"queried_tokens": queried, "hit_tokens": hit, "hit_rate": round(hit / queried, 4) if queried else 0.0}
+
+
+def spec_decode_use(before: Sequence[Sample], after: Sequence[Sample]) -> dict[str, float] | None:
+    """Speculative decoding between two scrapes: draft steps, draft tokens proposed and accepted, and the rate
+    (vLLM's vllm:spec_decode_num_drafts_total / _num_draft_tokens_total / _num_accepted_tokens_total); None when
+    the engine runs without speculation or restarted in between."""
+    names = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+             "vllm:spec_decode_num_accepted_tokens_total")
+    pairs = [(_sum(before, n), _sum(after, n)) for n in names]
+    if any(b is None or a is None for b, a in pairs):
+        return None
+    drafts, proposed, accepted = (a - b for b, a in pairs)  # type: ignore[operator]
+    if drafts < 0 or proposed < 0 or accepted < 0:
+        return None
+    return {"drafts": drafts, "draft_tokens": proposed, "accepted_tokens": accepted,
+            "acceptance_rate": round(accepted / proposed, 4) if proposed else 0.0}
 
 
 def _by_worker(samples: Sequence[Sample], name: str) -> dict[str, float]:

@@ -88,6 +88,8 @@ class InstanceRecord:
     # The plan's performance-model inputs (PerfInputs.to_json): `npuops bench` predicts this configuration from them.
     perf_inputs: dict[str, Any] = field(default_factory=dict)
     role: str = ROLE_ENGINE
+    # A speculative draft model's directory (speculative_config.model): the service user must read it too.
+    draft_model_path: str | None = None
     # This host's part of a multi-node instance; None for a single-node one (`"cluster": {}` in the file).
     cluster: ClusterMembership | None = None
     # Who the unit runs as (its User=); None for a foreground run (whoever runs it). The gate checks as this user.

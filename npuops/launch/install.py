@@ -12,7 +12,7 @@ from pathlib import Path
 
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.httpclient import base_url
-from npuops.instance.access import ServiceIdentity, service_problems
+from npuops.instance.access import ServiceIdentity, model_problems, service_problems
 from npuops.instance.control import port_taken
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
@@ -93,6 +93,8 @@ def check_service_access(records: Sequence[InstanceRecord], user: str, superviso
             return
         problems = service_problems(identity, vllm=Path(record.vllm_command[0]), model=Path(record.model_path),
                                     supervisor=Path(supervisor) if supervisor else None)
+        if record.draft_model_path:
+            problems += model_problems(Path(record.draft_model_path), identity)
         if problems:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

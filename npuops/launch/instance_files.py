@@ -226,6 +226,12 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
     }
 
 
+def _draft_directory(server: ServerOptions) -> str | None:
+    """The draft model's directory when speculative_config names one (a hub id is not a path)."""
+    draft = (server.speculative_config or {}).get("model")
+    return str(draft) if isinstance(draft, str) and draft.startswith("/") else None
+
+
 def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: ServerOptions, name: str,
             devices: tuple[int, ...]) -> InstanceRecord:
     instance_dir = spec.state_dir / name
@@ -241,7 +247,7 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
         prediction=dict(plan.prediction.as_dict()), perf_inputs=plan.perf.to_json(), role=extras.role,
-        cluster=extras.cluster,
+        cluster=extras.cluster, draft_model_path=_draft_directory(server),
         service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None,
         supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())
 

@@ -22,9 +22,9 @@ from npuops.plan.model import (
     ModelSpec,
     arch_from_config,
     model_from_directory,
-    normalise_quantization,
     weight_bytes_from_arch,
 )
+from npuops.plan.quantization import FLAG, normalise_quantization
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,7 +143,7 @@ def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
         return replace(
             entry.spec,
             quantization=quant,
-            quantization_source="flag" if quant else None,
+            quantization_source=FLAG if quant else None,
             weight_bytes=weight_bytes_from_arch(entry.spec.arch, entry.spec.arch.torch_dtype, quant),
         )
     suggestions = close_names(ref)

@@ -39,6 +39,10 @@ class PerfConstants:
     cpu_memory_bandwidth_bytes_per_s: float
     cpu_us_per_layer: float
     cpu_host_us_per_seq: float
+    spec_step_us: float = 0.0
+    spec_host_us_per_seq: float = 0.0
+    cpu_spec_step_us: float = 0.0
+    cpu_spec_host_us_per_seq: float = 0.0
 
 
 def _memory(raw: dict[str, Any]) -> MemoryConstants:
@@ -73,6 +77,10 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         cpu_memory_bandwidth_bytes_per_s=float(cpu["memory_bandwidth_bytes_per_s"]),
         cpu_us_per_layer=float(cpu["us_per_layer"]),
         cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),
+        spec_step_us=float(raw["spec_step_us"]),
+        spec_host_us_per_seq=float(raw["spec_host_us_per_seq"]),
+        cpu_spec_step_us=float(cpu["spec_step_us"]),
+        cpu_spec_host_us_per_seq=float(cpu["spec_host_us_per_seq"]),
     )
 
 

@@ -73,7 +73,7 @@ def known_releases() -> list[str]:
 
 
 def default_release() -> str:
-    return known_releases()[-1]
+    return str(_rules_data()["default_release"])
 
 
 @lru_cache(maxsize=1)

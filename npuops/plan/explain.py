@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
-from npuops.plan.environment import MOE_EP_HCCL_BUFFSIZE_MB
+from npuops.plan.environment import MOE_EP_HCCL_BUFFSIZE_MB, feature_available
 from npuops.plan.layout import MAX_CAPTURE_SIZE
 from npuops.plan.memory import max_concurrency
+from npuops.plan.quantization import kv_cache_schemes, schemes
 from npuops.plan.result import Explanation, Plan
 
 # The seed document's advice, which the explanations compare against.
@@ -230,10 +231,19 @@ def _graphs(plan: Plan) -> Iterator[Explanation]:
     elif mode == "full_decode_only":
         config = plan.server.compilation_config or {}
         sizes = config.get("cudagraph_capture_sizes") or []
+        spec = plan.speculative
+        sizes_why = (f"{len(sizes)} capture sizes, each a multiple of K + 1 = {spec.num_tokens + 1} (a decode step "
+                     f"carries K + 1 tokens of each request), the largest max_num_seqs x (K + 1) (vllm-ascend's "
+                     "workaround for MTP capture errors)" if spec else
+                     f"{len(sizes)} capture sizes up to min(max_num_seqs, {MAX_CAPTURE_SIZE}) stay clear of the "
+                     "207008/207005 capture errors")
+        default = ("FULL_AND_PIECEWISE" if plan.release and feature_available("full_and_piecewise_default",
+                                                                                plan.release) else "PIECEWISE")
         yield Explanation("compilation_config", config,
-                          f"whole decode steps replay as ACL graphs, removing most per-layer launch cost; {len(sizes)} "
-                          f"capture sizes up to min(max_num_seqs, {MAX_CAPTURE_SIZE}) stay clear of the 207008/207005 "
-                          "capture errors")
+                          f"whole decode steps replay as ACL graphs, removing most per-layer launch cost; {sizes_why}; "
+                          f"vllm-ascend {plan.release}'s own default is {default}: FULL_DECODE_ONLY (what its "
+                          "tutorials pin) captures no prefill graphs, so start-up is shorter and the capture stays "
+                          "within the ACL stream budget")
     elif mode == "piecewise":
         yield Explanation("compilation_config", None,
                           f"vllm-ascend {plan.release} predates FULL_DECODE_ONLY; its default piecewise ACL graphs are "
@@ -244,11 +254,42 @@ def _graphs(plan: Plan) -> Iterator[Explanation]:
 
 
 def _quantization(plan: Plan) -> Iterator[Explanation]:
-    if plan.server.quantization:
-        model = plan.model
-        yield Explanation("quantization", plan.server.quantization,
-                          f"{model.quantization} weights (from {model.quantization_source or 'the checkpoint'}) are "
-                          f"served through vllm-ascend's ModelSlim loader, --quantization {plan.server.quantization}")
+    model = plan.model
+    if model.quantization is not None and plan.release is not None:
+        scheme = schemes()[model.quantization]
+        per_weight = f"{scheme.weight_bytes:g} byte(s) per weight: {scheme.why}"
+        if plan.server.quantization:
+            yield Explanation("quantization", plan.server.quantization,
+                              f"{model.quantization} weights (from {model.quantization_source or 'the checkpoint'}) "
+                              f"load through vllm-ascend's ModelSlim method, --quantization "
+                              f"{plan.server.quantization}; {per_weight}")
+        else:
+            yield Explanation("quantization", None,
+                              f"an LLM-Compressor (compressed-tensors) {model.quantization} checkpoint: vLLM reads "
+                              f"the method from config.json, so no --quantization flag; {per_weight}")
+    if model.kv_cache_quantization is not None:
+        kv = kv_cache_schemes()[model.kv_cache_quantization]
+        yield Explanation("kv_cache_quantization", model.kv_cache_quantization,
+                          f"{kv.why}; the memory plan counts {kv.bytes:g} byte per element")
+
+
+def _speculative(plan: Plan) -> Iterator[Explanation]:
+    spec = plan.speculative
+    if spec is None:
+        return
+    how = ("chosen by the plan: the checkpoint ships MTP layers" if spec.chosen_by_plan else "as asked")
+    rate = {"default": "the method's published rate (npuops/data/speculative.toml)", "flag": "--spec-acceptance",
+            "measured": "measured by npuops bench"}[spec.acceptance_source]
+    draft = (f"; the draft's {spec.draft_weight_bytes / 1e9:.2f} GB of weights and its KV layers are in the memory "
+             "plan" if spec.draft_weight_bytes else "")
+    yield Explanation("speculative_config", plan.server.speculative_config,
+                      f"{how}: {spec.why}; K = {spec.num_tokens}, {spec.acceptance:.0%} of drafts accepted "
+                      f"({rate}) gives {spec.tokens_per_step:.2f} tokens per step{draft}")
+
+
+def _additional(plan: Plan) -> Iterator[Explanation]:
+    for setting in plan.additional_config:
+        yield Explanation(f"additional_config.{setting.key}", setting.value, setting.why)
 
 
 def _environment(plan: Plan) -> Iterator[Explanation]:
@@ -276,7 +317,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _environment, _calibration,
+    _speculative, _additional, _environment, _calibration,
 )
 
 

@@ -4,12 +4,14 @@ the model and the hardware (`npuops plan`/`launch` flags)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.plan.fields import Limits, UserFlag, check_fields, declared, flagged_fields
+from npuops.plan.model import ModelSpec
 from npuops.plan.server_options import ServerOptions
 
 OBJECTIVES = ("throughput", "latency")
@@ -66,10 +68,13 @@ class PlanOptions:
     """What the operator fixed: vLLM options (ServerOptions fields; `tp`/`pp` for short), the vllm-ascend release
     the node runs and, with several nodes, the multi-node engine. Everything left out the planner decides."""
 
-    __slots__ = ("multinode", "replicas", "router_policy", "server", "vllm_ascend_version")
+    __slots__ = ("additional", "draft", "multinode", "replicas", "router_policy", "server", "spec_acceptance",
+                 "speculative", "vllm_ascend_version")
 
     def __init__(self, *, vllm_ascend_version: str | None = None, multinode: str | None = "auto",
-                 replicas: int | None = None, router_policy: str | None = None, **fixed: Any) -> None:
+                 replicas: int | None = None, router_policy: str | None = None, speculative: str | None = None,
+                 draft: ModelSpec | None = None, spec_acceptance: float | None = None,
+                 additional: Mapping[str, Any] | None = None, **fixed: Any) -> None:
         values: dict[str, Any] = {}
         for key, value in fixed.items():
             name = _SHORT_NAMES.get(key, key)
@@ -86,6 +91,12 @@ class PlanOptions:
         # --dp N: exactly N independent engines behind one router (None: as many as the target holds).
         self.replicas = replicas
         self.router_policy = router_policy
+        # --speculative METHOD[:K] (None: the plan decides), its draft model (loaded), --spec-acceptance.
+        self.speculative = speculative
+        self.draft = draft
+        self.spec_acceptance = spec_acceptance
+        # --additional-config: vllm-ascend keys the operator sets (merged over the plan's, checked per release).
+        self.additional = dict(additional or {})
 
     def fixed(self, name: str) -> Any:
         """The value the operator fixed for a ServerOptions field, or None."""
@@ -107,7 +118,8 @@ class PlanRequest:
                           default=1)
     devices: str | None = declared(flag=UserFlag("devices", "Plan for a subset of devices, e.g. 0-3."))
     quantization: str | None = declared(flag=UserFlag(
-        "quantization", "Weights quantization as vllm-ascend names it (W8A8, W4A8, ...)."))
+        "quantization", "Weights quantization as vllm-ascend names it (W8A8, W8A8_DYNAMIC, W4A8_DYNAMIC, W8A16, "
+        "W8A8SC on 310P, ...; npuops/data/quantization.toml)."))
     multinode: str = declared(limits=Limits(choices=STRATEGIES), default="auto", flag=UserFlag(
         "multinode", "With --nodes > 1: ray (TP in a node x PP across nodes) or dp (vLLM's native data parallel, "
         "expert parallel for MoE); auto picks and explains. With launch -i/--group also replicas: each host's "
@@ -119,6 +131,16 @@ class PlanRequest:
     router_policy: str | None = declared(limits=Limits(choices=ROUTER_POLICIES), flag=UserFlag(
         "router-policy", "How the router in front of several replicas spreads requests [default: chosen and "
         "explained by the plan]."))
+    speculative: str | None = declared(flag=UserFlag(
+        "speculative", "Speculative decoding METHOD[:K] (mtp, eagle3, ngram, suffix, draft_model, ...; none: off) "
+        "[default: the model's MTP layers where it ships them]."))
+    draft_model: str | None = declared(flag=UserFlag(
+        "draft-model", "The draft model (a directory or catalog name) of --speculative eagle/eagle3/draft_model."))
+    spec_acceptance: float | None = declared(limits=Limits(minimum=0.01, maximum=1.0), flag=UserFlag(
+        "spec-acceptance", "Draft tokens accepted / proposed to predict with [default: per method, or measured "
+        "by npuops bench]."))
+    additional_config: str | None = declared(flag=UserFlag(
+        "additional-config", "vllm-ascend's --additional-config as JSON, checked against the release's keys."))
     no_calibration: bool = declared(flag=UserFlag(
         "no-calibration", "Predict with the model's shared constants, ignoring this node's stored benches."),
         default=False)
@@ -132,7 +154,22 @@ class PlanRequest:
     @property
     def options(self) -> PlanOptions:
         return PlanOptions(vllm_ascend_version=self.vllm_ascend_version, multinode=self.multinode,
-                           replicas=self.replicas, router_policy=self.router_policy, **self.fixed)
+                           replicas=self.replicas, router_policy=self.router_policy, speculative=self.speculative,
+                           spec_acceptance=self.spec_acceptance, additional=self.additional_settings, **self.fixed)
+
+    @property
+    def additional_settings(self) -> dict[str, Any]:
+        """--additional-config as a mapping (a JSON object)."""
+        if not self.additional_config:
+            return {}
+        try:
+            value = json.loads(self.additional_config)
+        except json.JSONDecodeError as exc:
+            raise BadInputError(f"--additional-config is not JSON ({exc.msg} at column {exc.colno})",
+                                "quote it as one JSON object, e.g. '{\"enable_cpu_binding\": true}'") from None
+        if not isinstance(value, dict):
+            raise BadInputError("--additional-config must be a JSON object", "write it like '{\"key\": value}'")
+        return value
 
     @classmethod
     def from_flags(cls, model: str, flags: Mapping[str, Any]) -> PlanRequest:

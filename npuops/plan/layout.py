@@ -14,6 +14,7 @@ from npuops.plan.inputs import Workload
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelArch, ModelSpec
 from npuops.plan.performance import PerfInputs, predict
+from npuops.plan.speculative import SpeculativePlan
 from npuops.plan.target import HardwareTarget
 
 # vLLM's default upper bound on running sequences; graph capture sizes stop at 512 on Ascend.
@@ -73,6 +74,11 @@ class Sizing:
     graph: bool
     moe_ep: bool
     cpu_kv_bytes: int | None
+    # Bytes per element of the KV cache: the activation dtype's, or 1 for an int8 (C8) cache.
+    kv_dtype_bytes: float
+    # A speculative draft's own weights (whole) and KV bytes per token (unsplit): MTP layers or a draft model.
+    draft_weight_bytes: int = 0
+    draft_kv_bytes_per_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ def most_served(evaluated: list[Evaluated], need: int, block: int) -> Evaluated:
 
 
 def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s: Sizing, ev: Evaluated, mode: str,
-                max_num_seqs: int) -> PerfInputs:
+                max_num_seqs: int, spec: SpeculativePlan | None = None) -> PerfInputs:
     """What the performance model needs about one evaluated layout."""
     return PerfInputs(
         arch=model.arch, kind=target.kind, tp=ev.layout.tp, pp=ev.layout.pp, replicas=ev.replicas,
@@ -116,6 +122,8 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
         request_rate=workload.request_rate, max_num_seqs=max_num_seqs, kv_cache_tokens=ev.budget.kv_cache_tokens,
         cpu_count=target.cpu_count, max_num_batched_tokens=s.max_num_batched_tokens,
         fixed_lengths=workload.fixed_lengths,
+        spec_tokens=spec.num_tokens if spec else 0, spec_acceptance=spec.acceptance if spec else 0.0,
+        draft_layers=spec.draft_layers if spec else 0, draft_weight_bytes=spec.draft_weight_bytes if spec else 0,
     )
 
 

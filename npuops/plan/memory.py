@@ -40,8 +40,12 @@ def kv_page_bytes_per_layer(arch: ModelArch, block_size: int, kv_dtype_bytes: fl
 
 
 def kv_bytes_per_token(arch: ModelArch, kv_dtype_bytes: float, tp: int = 1, pp: int = 1) -> int:
-    """KV bytes one token costs on one device (all layers of its pipeline stage)."""
-    return kv_page_bytes_per_layer(arch, 1, kv_dtype_bytes, tp) * layers_per_stage(arch, pp)
+    """KV bytes one token costs on one device (the KV-cache layers of its pipeline stage).
+
+    Only layers with a per-token KV cache count: a hybrid model's linear-attention layers keep a fixed-size
+    state per sequence instead (arch.kv_cache_layers). The stage bound assumes them spread evenly.
+    """
+    return kv_page_bytes_per_layer(arch, 1, kv_dtype_bytes, tp) * math.ceil(arch.kv_cache_layers / pp)
 
 
 def kv_cache_tokens(
@@ -51,7 +55,7 @@ def kv_cache_tokens(
     if budget_bytes <= 0:
         return 0
     page = kv_page_bytes_per_layer(arch, block_size, kv_dtype_bytes, tp)
-    num_blocks = budget_bytes // page // layers_per_stage(arch, pp)
+    num_blocks = budget_bytes // page // math.ceil(arch.kv_cache_layers / pp)
     return int(num_blocks * block_size)
 
 

@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
+from npuops.plan.quantization import (
+    FLAG,
+    CheckpointQuantization,
+    normalise_quantization,
+    read_modelslim_description,
+    read_quantization_config,
+    weight_bytes_per_element,
+)
 
 # Bytes per element for the dtype names config.json and safetensors use.
 DTYPE_BYTES: dict[str, float] = {
@@ -48,20 +56,6 @@ DTYPE_BYTES: dict[str, float] = {
     "f64": 8,
     "float64": 8,
 }
-
-# vllm-ascend's quantization names (ModelSlim): bytes per element of a quantized linear weight. Embeddings,
-# the LM head and norms stay in the activation dtype, which is why quantized weights are computed per part.
-QUANT_WEIGHT_BYTES: dict[str, float] = {
-    "W8A8": 1.0,
-    "W8A8_DYNAMIC": 1.0,
-    "W8A16": 1.0,
-    "W4A8": 0.5,
-    "W4A8_DYNAMIC": 0.5,
-    "W4A16": 0.5,
-}
-
-# Flag values a user may pass; the *_DYNAMIC variants only come from quant_model_description.json.
-QUANTIZATION_FLAGS = ("W8A8", "W4A8", "W8A16", "W4A16")
 
 # A safetensors header above this is not a real checkpoint; reading it would only waste memory.
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
@@ -97,6 +91,22 @@ class ModelArch:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # DSA (DeepSeek-V3.2, GLM-5): each layer's lightning indexer (its own small query heads and one key head).
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    # Hybrid attention (Qwen3-Next, Qwen3.5): Gated DeltaNet layers keep a fixed-size state per sequence instead
+    # of a per-token KV cache; the other layers are full attention, whose output a sigmoid gate may scale
+    # (attn_output_gate: q_proj produces the gate beside the query).
+    num_linear_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    attn_output_gate: bool = False
+    # Multi-token-prediction layers shipped beside the main model (speculative decoding only; not counted in
+    # count_parameters, see mtp_layer_parameters).
+    mtp_layers: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -105,6 +115,15 @@ class ModelArch:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.num_linear_layers > 0
+
+    @property
+    def kv_cache_layers(self) -> int:
+        """Layers that keep a per-token KV cache (all but the linear-attention layers)."""
+        return self.num_layers - self.num_linear_layers
 
     @property
     def num_moe_layers(self) -> int:
@@ -120,13 +139,9 @@ class ParameterCount:
     linear_active: int
 
 
-def count_parameters(arch: ModelArch) -> ParameterCount:
-    """Parameters of the architecture, counted layer by layer as vLLM instantiates them."""
+def _full_attention_parameters(arch: ModelArch) -> tuple[int, int]:
+    """(linear, other) parameters of one full-attention block: MLA or GQA, with a DSA indexer if it has one."""
     h = arch.hidden_size
-    embed = arch.vocab_size * h
-    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
-    final_norm = h
-
     if arch.is_mla:
         heads = arch.num_attention_heads
         qk_dim = arch.qk_nope_head_dim + arch.qk_rope_head_dim
@@ -140,32 +155,91 @@ def count_parameters(arch: ModelArch) -> ParameterCount:
             arch.qk_nope_head_dim + arch.v_head_dim
         )
         o_linear = heads * arch.v_head_dim * h
-        attn_linear = q_linear + kv_linear + o_linear
-        attn_other = q_norm + arch.kv_lora_rank
+        linear, other = q_linear + kv_linear + o_linear, q_norm + arch.kv_lora_rank
     else:
         q_out = arch.num_attention_heads * arch.head_dim
         kv_out = arch.num_kv_heads * arch.head_dim
-        attn_linear = h * q_out + 2 * h * kv_out + q_out * h
-        attn_other = (q_out + 2 * kv_out) if arch.qkv_bias else 0
+        gate = q_out if arch.attn_output_gate else 0
+        linear = h * (q_out + gate) + 2 * h * kv_out + q_out * h
+        other = (q_out + 2 * kv_out) if arch.qkv_bias else 0
+    if arch.index_n_heads:
+        # The indexer's wq_b reads the query latent, wk and weights_proj the hidden state; k_norm is a LayerNorm.
+        index_q = arch.index_n_heads * arch.index_head_dim
+        linear += (arch.q_lora_rank or h) * index_q + h * arch.index_head_dim + h * arch.index_n_heads
+        other += 2 * arch.index_head_dim
+    return linear, other
+
+
+def _linear_attention_parameters(arch: ModelArch) -> tuple[int, int]:
+    """(linear, other) parameters of one Gated DeltaNet block (vLLM's Qwen3NextGatedDeltaNet)."""
+    if not arch.is_hybrid:
+        return 0, 0
+    h = arch.hidden_size
+    key_dim = arch.linear_num_key_heads * arch.linear_key_head_dim
+    value_dim = arch.linear_num_value_heads * arch.linear_value_head_dim
+    # in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (beta and alpha per value head), out_proj.
+    linear = h * (2 * key_dim + 2 * value_dim) + h * 2 * arch.linear_num_value_heads + value_dim * h
+    # The causal conv1d over q, k and v, A_log and dt_bias per value head, the gated RMSNorm.
+    conv = (2 * key_dim + value_dim) * arch.linear_conv_kernel_dim
+    return linear, conv + 2 * arch.linear_num_value_heads + arch.linear_value_head_dim
+
+
+def _moe_block_parameters(arch: ModelArch) -> tuple[int, int]:
+    """(all, active) linear parameters of one MoE block: routed experts, shared experts and the router."""
+    h = arch.hidden_size
+    expert = 3 * h * arch.moe_intermediate_size
+    shared_width = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
+    rest = 3 * h * shared_width + h * arch.num_experts
+    return arch.num_experts * expert + rest, arch.num_experts_per_tok * expert + rest
+
+
+def count_parameters(arch: ModelArch) -> ParameterCount:
+    """Parameters of the architecture (the main model, without MTP layers), counted as vLLM instantiates them."""
+    h = arch.hidden_size
+    embed = arch.vocab_size * h
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * h
+    final_norm = h
+    full_linear, full_other = _full_attention_parameters(arch)
+    gdn_linear, gdn_other = _linear_attention_parameters(arch)
+    attn_linear = full_linear * arch.kv_cache_layers + gdn_linear * arch.num_linear_layers
+    attn_other = full_other * arch.kv_cache_layers + gdn_other * arch.num_linear_layers
 
     layer_norms = 2 * h
     dense_mlp = 3 * h * arch.intermediate_size
     dense_layers = arch.num_layers - arch.num_moe_layers
 
-    total_linear = active_linear = (attn_linear + dense_mlp) * dense_layers
-    other = (attn_other + layer_norms) * arch.num_layers + embed + lm_head + final_norm
+    total_linear = active_linear = attn_linear + dense_mlp * dense_layers
+    other = attn_other + layer_norms * arch.num_layers + embed + lm_head + final_norm
     if arch.is_moe:
-        expert = 3 * h * arch.moe_intermediate_size
-        shared_width = arch.shared_expert_intermediate_size or arch.num_shared_experts * arch.moe_intermediate_size
-        shared = 3 * h * shared_width
-        router = h * arch.num_experts
-        total_linear += (attn_linear + arch.num_experts * expert + shared + router) * arch.num_moe_layers
-        active_linear += (attn_linear + arch.num_experts_per_tok * expert + shared + router) * arch.num_moe_layers
+        moe_all, moe_active = _moe_block_parameters(arch)
+        total_linear += moe_all * arch.num_moe_layers
+        active_linear += moe_active * arch.num_moe_layers
     return ParameterCount(
         total=total_linear + other,
         active=active_linear + other,
         linear=total_linear,
         linear_active=active_linear,
+    )
+
+
+def mtp_layer_parameters(arch: ModelArch) -> ParameterCount:
+    """Parameters of one MTP layer, as a speculative-decoding draft adds them to device memory.
+
+    One full-attention decoder layer of the model (MoE if the model is) plus the projection of [embedding;
+    hidden state] back to the hidden size (eh_proj / fc, 2h x h) and its norms (the two input norms, the layer's
+    two, the head's). vLLM shares the embedding and the LM head with the main model, so they are not counted.
+    """
+    h = arch.hidden_size
+    attn_linear, attn_other = _full_attention_parameters(arch)
+    dense_mlp = 3 * h * arch.intermediate_size
+    mlp_all, mlp_active = _moe_block_parameters(arch) if arch.is_moe else (dense_mlp, dense_mlp)
+    eh_proj = 2 * h * h
+    other = attn_other + 5 * h
+    return ParameterCount(
+        total=attn_linear + mlp_all + eh_proj + other,
+        active=attn_linear + mlp_active + eh_proj + other,
+        linear=attn_linear + mlp_all + eh_proj,
+        linear_active=attn_linear + mlp_active + eh_proj,
     )
 
 
@@ -182,7 +256,7 @@ def weight_bytes_from_arch(arch: ModelArch, dtype: str, quantization: str | None
     full = dtype_bytes(dtype)
     if quantization is None:
         return int(params.total * full)
-    per_linear = QUANT_WEIGHT_BYTES[quantization]
+    per_linear = weight_bytes_per_element(quantization)
     return int(params.linear * per_linear + (params.total - params.linear) * full)
 
 
@@ -197,8 +271,11 @@ class ModelSpec:
     served_name: str
     # Where weight_bytes came from: "index", "safetensors", "bin", "architecture".
     weight_bytes_source: str = "architecture"
-    # Where the quantization came from: "config", "modelslim", "flag", or None.
+    # Where the quantization came from: "config", "modelslim", "compressed-tensors", "flag", or None
+    # (npuops.plan.quantization); ModelSlim and flagged checkpoints are served with --quantization ascend.
     quantization_source: str | None = None
+    # "C8" when the checkpoint stores its KV cache in int8 (ModelSlim's kv_cache_type).
+    kv_cache_quantization: str | None = None
     # Notes worth a warning in a plan (e.g. an FP8 checkpoint on hardware without FP8).
     notes: tuple[str, ...] = ()
     catalog_name: str | None = None
@@ -264,6 +341,43 @@ def _moe_shape(cfg: Mapping[str, Any], where: str, num_layers: int, intermediate
     return num_experts, experts_per_tok, moe_inter, min(num_dense, num_layers)
 
 
+_LINEAR_ATTENTION_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                          "linear_value_head_dim", "linear_conv_kernel_dim")
+
+
+def _linear_attention_layers(cfg: Mapping[str, Any], where: str, num_layers: int) -> int:
+    """Gated DeltaNet layers of a hybrid model (0 otherwise): layer_types names them; a config without it has
+    every full_attention_interval-th layer full attention (Qwen3-Next's rule)."""
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        if len(layer_types) != num_layers:
+            raise _bad_config(where, f"layer_types names {len(layer_types)} layers, num_hidden_layers {num_layers}")
+        linear = layer_types.count("linear_attention")
+    elif "linear_num_value_heads" in cfg and cfg.get("full_attention_interval") is not None:
+        interval = _int_field(cfg, ("full_attention_interval",), where)
+        if interval == 0:
+            raise _bad_config(where, "full_attention_interval must be positive")
+        linear = num_layers - num_layers // interval
+    else:
+        return 0
+    if linear >= num_layers:
+        raise _bad_config(where, "no full-attention layer among the linear-attention layers")
+    for key in _LINEAR_ATTENTION_KEYS:
+        if _int_field(cfg, (key,), where) == 0:
+            raise _bad_config(where, f"{key} must be positive in a linear-attention model")
+    return linear
+
+
+def _mtp_layers(cfg: Mapping[str, Any], where: str) -> int:
+    """MTP layers: num_nextn_predict_layers (DeepSeek, GLM, Kimi), mtp_num_hidden_layers (Qwen3-Next, Qwen3.5),
+    or MiniMax-M2's num_mtp_modules of mtp_transformer_layers each (when use_mtp)."""
+    layers = _int_field(cfg, ("num_nextn_predict_layers", "mtp_num_hidden_layers"), where, required=False)
+    if layers or not cfg.get("use_mtp", True):
+        return layers
+    modules = _int_field(cfg, ("num_mtp_modules",), where, required=False)
+    return modules * (_int_field(cfg, ("mtp_transformer_layers",), where, required=False) or 1)
+
+
 def _checkpoint_dtype(cfg: Mapping[str, Any], where: str) -> str:
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     if not isinstance(dtype, str) or dtype.lower() not in DTYPE_BYTES:
@@ -296,6 +410,7 @@ def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> Mode
     if not isinstance(architectures, (list, tuple)):
         raise _bad_config(where, "architectures must be a list")
     num_experts, experts_per_tok, moe_inter, num_dense = _moe_shape(cfg, where, num_layers, intermediate)
+    num_linear = _linear_attention_layers(cfg, where, num_layers)
 
     def optional(*keys: str) -> int:
         return _int_field(cfg, keys, where, required=False)
@@ -313,32 +428,17 @@ def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> Mode
         kv_lora_rank=optional("kv_lora_rank"), q_lora_rank=optional("q_lora_rank"),
         qk_rope_head_dim=optional("qk_rope_head_dim"), qk_nope_head_dim=optional("qk_nope_head_dim"),
         v_head_dim=optional("v_head_dim"),
+        index_n_heads=optional("index_n_heads"), index_head_dim=optional("index_head_dim"),
+        num_linear_layers=num_linear,
+        linear_num_key_heads=optional("linear_num_key_heads") if num_linear else 0,
+        linear_num_value_heads=optional("linear_num_value_heads") if num_linear else 0,
+        linear_key_head_dim=optional("linear_key_head_dim") if num_linear else 0,
+        linear_value_head_dim=optional("linear_value_head_dim") if num_linear else 0,
+        linear_conv_kernel_dim=optional("linear_conv_kernel_dim") if num_linear else 0,
+        # vLLM's Qwen3-Next attention gates its output unless the config says attn_output_gate false.
+        attn_output_gate=bool(cfg.get("attn_output_gate", num_linear > 0)),
+        mtp_layers=_mtp_layers(cfg, where),
     )
-
-
-def normalise_quantization(value: str) -> str:
-    key = value.strip().upper().replace("-", "_")
-    if key in QUANT_WEIGHT_BYTES:
-        return key
-    raise BadInputError(
-        f"unknown quantization {value!r}",
-        f"use one of {', '.join(QUANTIZATION_FLAGS)} (vllm-ascend / ModelSlim names)",
-    )
-
-
-def _quantization_from_config(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(vllm-ascend quantization name or None, raw method name for notes)."""
-    qc = cfg.get("quantization_config")
-    if not isinstance(qc, Mapping):
-        return None, None
-    method = str(qc.get("quant_method", "")).lower()
-    bits = qc.get("bits") or qc.get("w_bit")
-    if method in ("gptq", "awq") and bits in (4, 8):
-        return f"W{bits}A16", method
-    for name in QUANT_WEIGHT_BYTES:
-        if method == name.lower():
-            return name, method
-    return None, method or "unknown"
 
 
 def safetensors_tensor_bytes(path: Path) -> int:
@@ -417,6 +517,18 @@ def _weights_on_disk(directory: Path) -> tuple[int | None, str, bool]:
     return None, "architecture", False
 
 
+def _checkpoint_quantization(directory: Path, raw: Mapping[str, Any]) -> CheckpointQuantization:
+    """config.json's quantization_config first (LLM-Compressor, or a method in config.json), else ModelSlim's
+    quant_model_description.json beside the weights."""
+    found = read_quantization_config(raw)
+    description = directory / "quant_model_description.json"
+    if found.scheme is None and description.is_file():
+        slim = read_modelslim_description(_read_json(description, "quant_model_description.json"), str(description))
+        if slim.scheme is not None or slim.kv_cache is not None:
+            return slim
+    return found
+
+
 def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec:
     config_path = directory / "config.json"
     if not config_path.is_file():
@@ -430,32 +542,26 @@ def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec
     arch = arch_from_config(raw, str(config_path))
 
     notes: list[str] = []
-    quant, method = _quantization_from_config(raw)
-    quant_source: str | None = "config" if quant else None
-    description = directory / "quant_model_description.json"
-    if quant is None and description.is_file():
-        desc = _read_json(description, "quant_model_description.json")
-        declared = desc.get("model_quant_type") if isinstance(desc, dict) else None
-        if isinstance(declared, str) and declared.upper() in QUANT_WEIGHT_BYTES:
-            quant, quant_source = declared.upper(), "modelslim"
-    if quant is None and method:
+    found = _checkpoint_quantization(directory, raw)
+    quant, quant_source = found.scheme, found.source
+    if found.unsupported_method:
         notes.append(
-            f"the checkpoint is quantized with {method!r}, which vllm-ascend does not run on A2/A3/310P; "
-            "convert it to bfloat16 or quantize it with ModelSlim (W8A8/W4A8)"
+            f"the checkpoint is quantized with {found.unsupported_method!r}, which vllm-ascend does not run on "
+            "A2/A3/310P; convert it to bfloat16 or quantize it with ModelSlim (W8A8/W8A8_DYNAMIC/W4A8_DYNAMIC)"
         )
 
     bytes_on_disk, source, present = _weights_on_disk(directory)
     if quantization is not None:
         wanted = normalise_quantization(quantization)
-        if quant is not None and wanted.split("_")[0] != quant.split("_")[0]:
+        if quant is not None and wanted != quant:
             notes.append(f"--quantization {wanted} overrides the checkpoint's {quant}")
-        if quant is None or wanted.split("_")[0] != quant.split("_")[0]:
+        if quant is None or wanted != quant:
             # The files on disk are not in this format: plan from the architecture and say what to do.
             if present:
                 notes.append(
                     f"the weights in {directory} are not {wanted}; quantize them with ModelSlim before serving"
                 )
-            quant, quant_source = wanted, "flag"
+            quant, quant_source = wanted, FLAG
             bytes_on_disk, source = None, "architecture"
 
     weight_bytes = bytes_on_disk
@@ -471,5 +577,6 @@ def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec
         served_name=directory.name,
         weight_bytes_source=source,
         quantization_source=quant_source,
+        kv_cache_quantization=found.kv_cache,
         notes=tuple(notes),
     )

@@ -57,6 +57,12 @@ class PerfInputs:
     max_num_batched_tokens: int = 0  # tokens one step may carry; 0 = no limit
     # Every request exactly input_len in / output_len out, as a benchmark sends them: a closed loop then runs in waves.
     fixed_lengths: bool = False
+    # Speculative decoding: K draft tokens a step, the share of them accepted (vLLM's rate), and one draft forward's
+    # decoder layers and weights (0: the proposer drafts from the text, on the host).
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.0
+    draft_layers: int = 0
+    draft_weight_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """What a launched instance keeps (instance.json), so a bench predicts the configuration that runs."""
@@ -183,14 +189,38 @@ def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
 
 def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 1.0,
                   interleave: bool = True) -> tuple[float, str]:
-    """Time of one decode step with `batch` sequences, including the prompts chunked prefill interleaves (unless
-    `interleave` is False: a wave's lockstep decode); `scale` is a calibration's measured/predicted step."""
+    """Time per output token of a decode step with `batch` sequences (with speculation: the verify step and its
+    drafts over the tokens a step yields), including the prompts chunked prefill interleaves (unless `interleave`
+    is False: a wave's lockstep decode); `scale` is a calibration's measured/predicted step."""
+    step, bound = _verify_step_s(p, batch, c, interleave)
+    if p.spec_tokens <= 0:
+        return step * scale, bound
+    return (step + _draft_s(p, batch, c)) / (1.0 + p.spec_tokens * p.spec_acceptance) * scale, bound
+
+
+def _draft_s(p: PerfInputs, batch: float, c: PerfConstants) -> float:
+    """The K draft forwards of one speculative step: each runs the draft's layers over the batch (launch cost per
+    layer, its weights read once) and the proposer's host work; a text proposer (ngram, suffix) only the latter."""
+    if p.kind == "cpu":
+        host = (c.cpu_spec_host_us_per_seq * batch + c.cpu_spec_step_us) * 1e-6
+    else:
+        host = (c.spec_host_us_per_seq * batch + c.spec_step_us) * 1e-6
+    if p.draft_layers <= 0:
+        return host
+    _flops, bandwidth = _device_rates(p, c)
+    per_layer = step_overhead_s(p.arch, p.tp, 1, p.mode, p.kind, c) / max(p.arch.num_layers, 1)
+    forward = p.draft_layers * per_layer + p.draft_weight_bytes / p.tp / (bandwidth * c.bandwidth_efficiency)
+    return p.spec_tokens * forward + host
+
+
+def _verify_step_s(p: PerfInputs, batch: float, c: PerfConstants, interleave: bool) -> tuple[float, str]:
+    """One forward step of `batch` sequences, each carrying 1 + K tokens (the drafts to verify)."""
     flops, bandwidth = _device_rates(p, c)
     context = p.input_len + p.output_len / 2
     bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
     # Stages run one after another for a given token, so PP does not shorten the per-token path.
     memory_s = p.pp * bytes_read / (bandwidth * c.bandwidth_efficiency)
-    compute_s = 2.0 * count_parameters(p.arch).active * batch / (p.tp * flops * c.decode_mfu)
+    compute_s = 2.0 * count_parameters(p.arch).active * batch * (1 + p.spec_tokens) / (p.tp * flops * c.decode_mfu)
     interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1) if interleave else 0.0
     if p.max_num_batched_tokens:
         interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
@@ -201,7 +231,7 @@ def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 
     per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
     overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * per_seq_us * 1e-6
     bound = "memory" if memory_s >= compute_s else "compute"
-    return (overhead_s + max(memory_s, compute_s)) * scale, bound
+    return overhead_s + max(memory_s, compute_s), bound
 
 
 def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:

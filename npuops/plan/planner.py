@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 
 from npuops.errors import BadInputError
+from npuops.plan.additional_config import AdditionalSetting, as_config, plan_additional_config
 from npuops.plan.calibration import UNCALIBRATED, CalibrationChoice
 from npuops.plan.cluster import ClusterPlan, HcclBufferSize, hccl_buffsize_for_ep, plan_cluster
 from npuops.plan.constants import MemoryConstants, memory_constants
@@ -25,10 +26,12 @@ from npuops.plan.layout import round_up as _round_up
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelSpec, dtype_bytes, weight_bytes_from_arch
 from npuops.plan.performance import Prediction, predict
+from npuops.plan.quantization import kv_cache_schemes
 from npuops.plan.result import Plan
 from npuops.plan.router import plan_router
 from npuops.plan.rules import Replica, TargetRules, rules_for
 from npuops.plan.server_options import ServerOptions
+from npuops.plan.speculative import SpeculativePlan, capture_sizes_for, plan_speculative
 from npuops.plan.target import HardwareTarget
 
 
@@ -84,7 +87,9 @@ def _sizing(model: ModelSpec, rules: TargetRules, workload: Workload, options: P
         utilization=rules.utilization(options.fixed("gpu_memory_utilization")), max_num_batched_tokens=batched,
         seq_cap=options.fixed("max_num_seqs") or rules.family.max_num_seqs, graph=mode != "eager",
         moe_ep=rules.expert_parallel(model.arch),
-        cpu_kv_bytes=rules.kv_cache_bytes(weight_bytes, options.fixed("kv_cache_memory_bytes"), c))
+        cpu_kv_bytes=rules.kv_cache_bytes(weight_bytes, options.fixed("kv_cache_memory_bytes"), c),
+        kv_dtype_bytes=kv_cache_schemes()[model.kv_cache_quantization].bytes if model.kv_cache_quantization
+        else dtype_bytes(dtype))
     return sizing, dtype, mode
 
 
@@ -239,10 +244,31 @@ def _hccl_buffer(model: ModelSpec, rules: TargetRules, layout: Layout, moe_ep: b
     return hccl_buffsize_for_ep(model.arch, cluster.ep_size if cluster else layout.tp, max_num_seqs)
 
 
+def _speculative(model: ModelSpec, rules: TargetRules, options: PlanOptions, release: str | None, s: Sizing
+                 ) -> tuple[SpeculativePlan | None, Sizing]:
+    """The speculative decoding of the plan, and the sizing with the draft's weights and KV in it."""
+    spec = plan_speculative(model, npu=rules.target.kind == "npu", release=release, asked=options.speculative,
+                            draft=options.draft, acceptance=options.spec_acceptance, kv_dtype_bytes=s.kv_dtype_bytes)
+    if spec is None:
+        return None, s
+    return spec, replace(s, draft_weight_bytes=spec.draft_weight_bytes,
+                         draft_kv_bytes_per_token=spec.draft_kv_bytes_per_token)
+
+
+def _additional(model: ModelSpec, rules: TargetRules, options: PlanOptions, release: str | None, moe_ep: bool
+                ) -> tuple[AdditionalSetting, ...]:
+    if release is None:
+        if options.additional:
+            raise BadInputError("--additional-config is vllm-ascend's", "drop it with --hardware cpu")
+        return ()
+    return plan_additional_config(family=rules.target.family or "", release=release, arch=model.arch,
+                                  moe_ep=moe_ep, operator=options.additional)
+
+
 def _server_options(model: ModelSpec, rules: TargetRules, s: Sizing, dtype: str, layout: Layout,
-                    cluster: ClusterPlan | None, mode: str, max_model_len: int, max_num_seqs: int, moe_ep: bool
-                    ) -> ServerOptions:
-    capture = rules.capture_sizes(mode, max_num_seqs)
+                    cluster: ClusterPlan | None, mode: str, max_model_len: int, max_num_seqs: int, moe_ep: bool,
+                    spec: SpeculativePlan | None, additional: tuple[AdditionalSetting, ...]) -> ServerOptions:
+    capture = capture_sizes_for(rules.capture_sizes(mode, max_num_seqs), spec, max_num_seqs)
     ray = cluster.strategy == "ray" if cluster else layout.chips > rules.target.devices_per_node
     return ServerOptions(
         served_model_name=model.served_name, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp,
@@ -253,7 +279,8 @@ def _server_options(model: ModelSpec, rules: TargetRules, s: Sizing, dtype: str,
         compilation_config=({"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)}
                             if mode == "full_decode_only" else None),
         enforce_eager=mode == "eager", distributed_executor_backend="ray" if ray else None,
-        trust_remote_code="ChatGLMModel" in model.arch.architectures)
+        trust_remote_code="ChatGLMModel" in model.arch.architectures,
+        speculative_config=spec.config() if spec else None, additional_config=as_config(additional))
 
 
 def _closing_warnings(model: ModelSpec, workload: Workload, cluster: ClusterPlan | None, nodes: int,
@@ -275,10 +302,15 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     rules = rules_for(target)
     c = memory_constants()
     release = rules.release(options.vllm_ascend_version)
+    rules.check_quantization(model, release)
     warnings: list[str] = list(model.notes)
     need = workload.request_tokens
     wanted_len = _wanted_max_model_len(rules, options, model, workload)
     s, dtype, mode = _sizing(model, rules, workload, options, release, warnings, c)
+    spec, s = _speculative(model, rules, options, release, s)
+    if spec is not None and options.draft is not None and options.draft.path is None:
+        warnings.append(f"the draft {options.draft.served_name} is a catalog model: download {spec.draft_model} and "
+                        "pass its directory to --draft-model before launching")
     required = max(_round_up(need, s.block_size), options.fixed("max_model_len") or 0)
     chosen, cluster = _parallelism(model, rules, workload, options, s, mode, required, c)
     layout = chosen.layout
@@ -290,17 +322,21 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     buffer = _hccl_buffer(model, rules, layout, moe_ep, cluster, max_num_seqs)
     if cluster is not None and buffer is not None:
         cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
+    additional = _additional(model, rules, options, release, moe_ep)
     env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer)
-    perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs)
+    if any(a.key == "enable_cpu_binding" and a.value for a in additional):
+        # vllm-ascend binds the threads itself: torch_npu's binding would pin them a second time.
+        env_settings = tuple(e for e in env_settings if e.name != "CPU_AFFINITY_CONF")
+    perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs, spec)
     prediction = predict(perf, factors=calibration.factors)
     warnings += _closing_warnings(model, workload, cluster, target.nodes, prediction)
     plan = Plan(
         model=model, target=target, workload=workload, options=options, rules=rules,
         server=_server_options(model, rules, s, dtype, layout, cluster, mode, max_model_len, max_num_seqs,
-                               moe_ep),
+                               moe_ep, spec, additional),
         release=release, graph_mode=mode, layout=layout, replica_count=chosen.replicas, replicas=replicas,
         router=plan_router(len(replicas), options.router_policy) if cluster is None else None,
         cluster=cluster, env_settings=env_settings, hccl_buffer=buffer, memory=chosen.budget,
         weight_bytes=s.weight_bytes, seq_cap=s.seq_cap, prediction=prediction, warnings=tuple(dict.fromkeys(warnings)),
-        perf=perf, calibration=calibration)
+        perf=perf, calibration=calibration, speculative=spec, additional_config=additional)
     return replace(plan, explanations=explain(plan))

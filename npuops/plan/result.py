@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from npuops.plan.additional_config import AdditionalSetting
 from npuops.plan.calibration import UNCALIBRATED, CalibrationChoice
 from npuops.plan.cluster import ClusterPlan, HcclBufferSize
 from npuops.plan.environment import EnvSetting
@@ -17,6 +18,7 @@ from npuops.plan.performance import PerfInputs, Prediction, predict
 from npuops.plan.router import RouterOptions
 from npuops.plan.rules import Replica, TargetRules
 from npuops.plan.server_options import ServerOptions
+from npuops.plan.speculative import SpeculativePlan
 from npuops.plan.target import HardwareTarget
 
 
@@ -61,6 +63,8 @@ class Plan:
     perf: PerfInputs  # what the prediction was made from: the launched instance keeps it for `npuops bench`
     calibration: CalibrationChoice = UNCALIBRATED
     explanations: tuple[Explanation, ...] = ()
+    speculative: SpeculativePlan | None = None  # the draft method, K and acceptance the prediction assumed
+    additional_config: tuple[AdditionalSetting, ...] = ()  # vllm-ascend keys the plan writes, each with why
 
     @property
     def uncalibrated_prediction(self) -> Prediction:
@@ -117,6 +121,9 @@ class Plan:
                              f"{self.replica_count} replicas behind one router" if self.router is not None
                              else "single instance"),
             "router_policy": self.router.policy if self.router is not None else None,
+            "speculative_config": s.speculative_config,
+            "additional_config": s.additional_config,
+            "kv_cache_quantization": self.model.kv_cache_quantization,
         }
 
     def explanation(self, key: str) -> Explanation:

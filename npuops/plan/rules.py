@@ -36,6 +36,7 @@ from npuops.plan.memory import (
     weights_per_device,
 )
 from npuops.plan.model import ModelArch, ModelSpec, weight_bytes_from_arch
+from npuops.plan.quantization import COMPRESSED_TENSORS, check_kv_cache_runs, check_runs
 from npuops.plan.target import HardwareTarget
 
 ASCEND_BLOCK_SIZE = 128
@@ -169,6 +170,10 @@ class TargetRules(abc.ABC):
         """vLLM's --quantization for the model's checkpoint."""
 
     @abc.abstractmethod
+    def check_quantization(self, model: ModelSpec, release: str | None) -> None:
+        """Refuse a quantization scheme (or int8 KV cache) this target and release cannot run."""
+
+    @abc.abstractmethod
     def fit_alternatives(self, model: ModelSpec, s: Sizing, candidates: list[Layout], required: int,
                          c: MemoryConstants) -> list[str]:
         """What would fit when no layout does."""
@@ -264,12 +269,12 @@ class CpuEngineRules(TargetRules):
     def budget(self, s: Sizing, layout: Layout, c: MemoryConstants) -> MemoryBudget:
         arch = s.arch
         weights = weights_per_device(s.weight_bytes, arch, layout.tp, layout.pp, s.act_bytes)
-        per_token = kv_bytes_per_token(arch, s.act_bytes, layout.tp, layout.pp)
+        per_token = kv_bytes_per_token(arch, s.kv_dtype_bytes, layout.tp, layout.pp)
         device = self.target.memory_bytes_per_device
         kv_budget = s.cpu_kv_bytes or 0
         if weights + kv_budget + c.cpu_process_bytes > device:
             kv_budget = -1  # does not fit the NUMA node's RAM
-        tokens = kv_cache_tokens(kv_budget, arch, s.block_size, s.act_bytes, 1, 1)
+        tokens = kv_cache_tokens(kv_budget, arch, s.block_size, s.kv_dtype_bytes, 1, 1)
         return MemoryBudget(device, kv_budget, weights, 0, 0, c.cpu_process_bytes, kv_budget, per_token, tokens)
 
     def replica_count(self, layout: Layout, objective: str) -> int:
@@ -296,6 +301,10 @@ class CpuEngineRules(TargetRules):
         return {"kv_cache_memory_bytes": kv_bytes}
 
     def quantization_option(self, model: ModelSpec) -> str | None:
+        return None
+
+    def check_quantization(self, model: ModelSpec, release: str | None) -> None:
+        # The CPU engine plans a checkpoint by its bytes; vLLM's CPU loader says itself which methods it has.
         return None
 
     def pipeline_mode(self, mode: str, layout: Layout, eager_asked: bool, warnings: list[str]) -> str:
@@ -427,6 +436,8 @@ class AscendRules(TargetRules):
     def budget(self, s: Sizing, layout: Layout, c: MemoryConstants) -> MemoryBudget:
         arch = s.arch
         weights = weights_per_device(s.weight_bytes, arch, layout.tp, layout.pp, s.act_bytes)
+        # A draft runs with the target's TP (MTP layers sit on the last stage, beside its share of the model).
+        weights += s.draft_weight_bytes // layout.tp
         buff = MOE_EP_HCCL_BUFFSIZE_MB if s.moe_ep else HCCL_DEFAULT_BUFFSIZE_MB
         return self.device_budget(s, layout.tp, layout.pp, weights, layout.tp * layout.pp, buff, c)
 
@@ -440,9 +451,13 @@ class AscendRules(TargetRules):
         graph = graph_reserve_bytes(capture_sizes(s.seq_cap), c) if s.graph else 0
         runtime = runtime_overhead_bytes(collective_size, buffsize_mb, c)
         kv_budget = usable - weights - activation - graph - runtime
-        per_token = kv_bytes_per_token(arch, s.act_bytes, tp, pp)
-        tokens = kv_cache_tokens(kv_budget, arch, s.block_size, s.act_bytes, tp, pp)
-        return MemoryBudget(device, usable, weights, activation, graph, runtime, kv_budget, per_token, tokens)
+        per_token = kv_bytes_per_token(arch, s.kv_dtype_bytes, tp, pp)
+        # The draft's KV layers take their share of every token from the same pool.
+        draft = s.draft_kv_bytes_per_token // tp
+        main_budget = int(kv_budget * per_token / (per_token + draft)) if kv_budget > 0 and draft else kv_budget
+        tokens = kv_cache_tokens(main_budget, arch, s.block_size, s.kv_dtype_bytes, tp, pp)
+        return MemoryBudget(device, usable, weights, activation, graph, runtime, kv_budget, per_token + draft,
+                            tokens)
 
     def replica_count(self, layout: Layout, objective: str) -> int:
         if objective != "throughput":
@@ -471,7 +486,18 @@ class AscendRules(TargetRules):
         return {"gpu_memory_utilization": utilization}
 
     def quantization_option(self, model: ModelSpec) -> str | None:
-        return "ascend" if model.quantization else None
+        # ModelSlim checkpoints (and weights a plan assumes quantized) load through vllm-ascend's own method; an
+        # LLM-Compressor checkpoint names compressed-tensors in config.json, which vLLM picks up without a flag.
+        if model.quantization is None or model.quantization_source == COMPRESSED_TENSORS:
+            return None
+        return "ascend"
+
+    def check_quantization(self, model: ModelSpec, release: str | None) -> None:
+        assert release is not None
+        if model.quantization is not None:
+            check_runs(model.quantization, self.target.family, release, model.arch.is_moe)
+        if model.kv_cache_quantization is not None:
+            check_kv_cache_runs(model.kv_cache_quantization, self.target.family, release)
 
     def fit_alternatives(self, model: ModelSpec, s: Sizing, candidates: list[Layout], required: int,
                          c: MemoryConstants) -> list[str]:
@@ -480,7 +506,7 @@ class AscendRules(TargetRules):
         if more_nodes:
             alternatives.append(more_nodes)
         if model.quantization is None:
-            for quant in ("W8A8", "W4A8"):
+            for quant in ("W8A8_DYNAMIC", "W4A8_DYNAMIC") if s.arch.is_moe else ("W8A8",):
                 q_bytes = weight_bytes_from_arch(s.arch, "bfloat16" if s.act_bytes == 2 else "float32", quant)
                 q_sizing = replace(s, weight_bytes=q_bytes)
                 if any(self.budget(q_sizing, lay, c).kv_cache_tokens >= required for lay in candidates):

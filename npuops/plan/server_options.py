@@ -82,6 +82,10 @@ class ServerOptions:
     quantization: str | None = vllm_option("quantization")
     enable_expert_parallel: bool | None = vllm_option("enable-expert-parallel")
     compilation_config: dict[str, Any] | None = vllm_option("compilation-config")
+    # vLLM's SpeculativeConfig (method, num_speculative_tokens, model): npuops.plan.speculative.
+    speculative_config: dict[str, Any] | None = vllm_option("speculative-config")
+    # vllm-ascend's own options (AscendConfig), checked against the release's keys: npuops.plan.additional_config.
+    additional_config: dict[str, Any] | None = vllm_option("additional-config")
     enforce_eager: bool | None = vllm_option("enforce-eager", flag=UserFlag("enforce-eager", "No graph mode."))
     distributed_executor_backend: str | None = vllm_option("distributed-executor-backend")
     trust_remote_code: bool | None = vllm_option("trust-remote-code")

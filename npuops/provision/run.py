@@ -79,8 +79,11 @@ def choose_row(stack: str | None, cann_version: str | None) -> dict[str, Any] | 
     if cann_version:
         wanted = parse_ascend_version(cann_version)
         matching = [r for r in rows if wanted is not None and parse_ascend_version(r["cann"]) == wanted]
-        if matching:
-            return matching[0]  # compat.toml lists the newest first
+        # compat.toml lists the newest first; a release candidate only when --stack names it (an operator's
+        # default is the newest final release).
+        final = [r for r in matching if "rc" not in str(r["vllm_ascend"])]
+        if final or matching:
+            return (final or matching)[0]
     return None
 
 

@@ -122,6 +122,10 @@ def test_the_report_text_and_the_status_headline() -> None:
     repeated = {**fresh, "hit_tokens": 1024.0, "hit_rate": 0.1814, "repeated_prompts": True}
     assert "18.1% of 5644 prompt tokens found cached (TTFT measures partly cached prompts: give another --seed" in (
         render_report_text({**report, "prefix_cache": repeated}))
+    assert "speculative decoding" not in text
+    spec = {"drafts": 8.0, "draft_tokens": 23.0, "accepted_tokens": 13.0, "acceptance_rate": 0.5652}
+    assert "speculative decoding: 56.5% of 23 draft tokens accepted (the prediction uses this rate)" in (
+        render_report_text({**report, "speculative": spec}))
     headline = bench_headline(report)
     assert headline is not None
     assert headline["median_tpot_ms"] == pytest.approx(measured.latency["tpot"].median_ms, abs=1e-3)

@@ -89,7 +89,8 @@ def test_public_version_drops_local_labels(given: str, public: str) -> None:
 
 def test_compat_rows_are_read_newest_first() -> None:
     compat = load_compat()
-    assert compat.rows[0].name == "0.23.0"
+    assert compat.rows[0].name == "0.30.0rc2"
+    assert [r.name for r in compat.rows].index("0.23.0") == 8
     row = next(r for r in compat.rows if r.name == "0.11.0")
     assert "triton_ascend" not in row.pins and row.python == ("3.9", "3.11") and row.cann == "8.3.RC2"
 

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.engine import engine_env, short_tmp_dir
 from tests.support.http_server import free_port
 from tests.support.npuops_cli import npuops_argv
-from tests.support.paths import REPO
-from tests.support.workspace import PLAN_FLAGS, Workspace, kill_group, wait_until_serving
+from tests.support.workspace import PLAN_FLAGS, Workspace, foreground_launch, foreground_workspace
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -47,34 +43,19 @@ class BenchedInstance:
 def instance(engine_python: Path, tiny_model: Path, engine_compile_cache: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[BenchedInstance]:
     root = tmp_path_factory.mktemp("bench")
-    tmp_dir = short_tmp_dir()
-    env = engine_env(root / "work", tmp_dir, engine_compile_cache)
-    env["NPUOPS_STATE_DIR"] = str(root / "state")
-    # The node's serving stack is the engine venv (on a node: the provisioned /opt/npuops/venv): the stack a plan
-    # reads to find its calibration is the one the instance runs.
-    env["NPUOPS_STACK_PYTHON"] = str(engine_python)
-    for key in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"):
-        env.pop(key, None)
-    ws = Workspace(env, root / "state", [tmp_dir])
+    ws = foreground_workspace(root, engine_python, engine_compile_cache)
     key_file = root / "api-key"
     key_file.write_text("sk-bench-key\n")
     key_file.chmod(0o600)
     port = free_port()
-    out, err = root / "launch.out", root / "launch.err"
     argv = npuops_argv("launch", str(tiny_model), *PLANNED, "--name", "b", "--port", str(port),
                        "--vllm", str(engine_python.parent / "vllm"), "--api-key-file", str(key_file), "--foreground")
-    with open(out, "w") as stdout, open(err, "w") as stderr:
-        launcher = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=REPO, start_new_session=True)
     try:
-        wait_until_serving(launcher, out, err, START_TIMEOUT_S)
-        yield BenchedInstance(ws, tiny_model, port, engine_python)
+        with foreground_launch(argv, ws.env, root, START_TIMEOUT_S):
+            yield BenchedInstance(ws, tiny_model, port, engine_python)
     finally:
-        launcher.send_signal(signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(launcher.pid)
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        for tmp_dir in ws.tmp_dirs:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def bench(inst: BenchedInstance, *args: str, timeout: float = 600) -> dict[str, object]:

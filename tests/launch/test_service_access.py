@@ -4,6 +4,7 @@ installing anything, and the start gate's checks made as that user (checks/launc
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -128,6 +129,20 @@ def test_launch_refuses_before_installing_naming_the_path_and_the_fix(served: Pa
         check_service_access([record], "nobody", None)
     assert str(model / "model.safetensors") in refused.value.problem and "chmod" in refused.value.fix
     (model / "model.safetensors").chmod(0o644)
+    check_service_access([record], "nobody", None)
+
+
+def test_a_draft_model_the_service_user_cannot_read_is_refused(served: Path, tmp_path: Path) -> None:
+    vllm, model = _tree(served)
+    draft = served / "draft"
+    shutil.copytree(model, draft)
+    (draft / "model.safetensors").chmod(0o600)
+    record = make_record(tmp_path / "state", model_path=str(model), vllm_command=(str(vllm), "serve"),
+                         service_user="nobody", draft_model_path=str(draft))
+    with pytest.raises(BadInputError) as refused:
+        check_service_access([record], "nobody", None)
+    assert str(draft / "model.safetensors") in refused.value.problem
+    (draft / "model.safetensors").chmod(0o644)
     check_service_access([record], "nobody", None)
 
 

