@@ -273,6 +273,17 @@ def _quantization(plan: Plan) -> Iterator[Explanation]:
                           f"{kv.why}; the memory plan counts {kv.bytes:g} byte per element")
 
 
+def _remote_code(plan: Plan) -> Iterator[Explanation]:
+    if not plan.server.trust_remote_code:
+        return
+    arch = plan.model.arch
+    what = ("the checkpoint's config.json names its own Python classes (auto_map)" if arch.ships_code else
+            "ChatGLM checkpoints load their model and tokenizer from the checkpoint's own code")
+    yield Explanation("trust_remote_code", True,
+                      f"{what}, which vLLM runs only with --trust-remote-code: that code runs in the service with "
+                      "the service user's rights, so read the .py files of the model directory before launching")
+
+
 def _speculative(plan: Plan) -> Iterator[Explanation]:
     spec = plan.speculative
     if spec is None:
@@ -317,7 +328,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _speculative, _additional, _environment, _calibration,
+    _remote_code, _speculative, _additional, _environment, _calibration,
 )
 
 

@@ -153,9 +153,14 @@ class PlanRequest:
 
     @property
     def options(self) -> PlanOptions:
+        """What the operator fixed, the draft model of --draft-model loaded (a directory or a catalog name)."""
+        from npuops.plan.catalog import load_model  # the catalog reads its files; only a draft needs it here
+
+        draft = load_model(self.draft_model) if self.draft_model else None
         return PlanOptions(vllm_ascend_version=self.vllm_ascend_version, multinode=self.multinode,
                            replicas=self.replicas, router_policy=self.router_policy, speculative=self.speculative,
-                           spec_acceptance=self.spec_acceptance, additional=self.additional_settings, **self.fixed)
+                           draft=draft, spec_acceptance=self.spec_acceptance, additional=self.additional_settings,
+                           **self.fixed)
 
     @property
     def additional_settings(self) -> dict[str, Any]:

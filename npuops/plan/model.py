@@ -107,6 +107,9 @@ class ModelArch:
     # Multi-token-prediction layers shipped beside the main model (speculative decoding only; not counted in
     # count_parameters, see mtp_layer_parameters).
     mtp_layers: int = 0
+    # config.json's auto_map: the checkpoint ships Python code (its config class, tokenizer or model) that
+    # transformers and vLLM load only with trust_remote_code.
+    ships_code: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -437,6 +440,7 @@ def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> Mode
         linear_conv_kernel_dim=optional("linear_conv_kernel_dim") if num_linear else 0,
         # vLLM's Qwen3-Next attention gates its output unless the config says attn_output_gate false.
         attn_output_gate=bool(cfg.get("attn_output_gate", num_linear > 0)),
+        ships_code=isinstance(raw.get("auto_map"), Mapping) and bool(raw.get("auto_map")),
         mtp_layers=_mtp_layers(cfg, where),
     )
 

@@ -218,13 +218,16 @@ def _max_num_seqs(options: PlanOptions, workload: Workload, s: Sizing, chosen: E
 
 
 def _environment(model: ModelSpec, rules: TargetRules, release: str | None, layout: Layout, moe_ep: bool,
-                 replicas: tuple[Replica, ...], cluster: ClusterPlan | None, buffer: HcclBufferSize | None
-                 ) -> tuple[EnvSetting, ...]:
+                 replicas: tuple[Replica, ...], cluster: ClusterPlan | None, buffer: HcclBufferSize | None,
+                 additional: tuple[AdditionalSetting, ...]) -> tuple[EnvSetting, ...]:
     """The variables of every replica (the device mask when there is one replica), with the expert-parallel
     HCCL buffer sized from the MC2 kernels' formula instead of the flat rule."""
     mask = replicas[0].devices if len(replicas) == 1 and replicas[0].devices else None
     settings = rules.environment(release, collective=layout.chips > 1 or cluster is not None, moe_ep=moe_ep,
                                  devices=mask)
+    if any(a.key == "enable_cpu_binding" and a.value for a in additional):
+        # vllm-ascend binds the threads itself: torch_npu's binding would pin them a second time.
+        settings = [e for e in settings if e.name != "CPU_AFFINITY_CONF"]
     if buffer is None:
         return tuple(settings)
     sized = EnvSetting("HCCL_BUFFSIZE", str(buffer.mb), buffer.why, None)
@@ -279,7 +282,7 @@ def _server_options(model: ModelSpec, rules: TargetRules, s: Sizing, dtype: str,
         compilation_config=({"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": list(capture)}
                             if mode == "full_decode_only" else None),
         enforce_eager=mode == "eager", distributed_executor_backend="ray" if ray else None,
-        trust_remote_code="ChatGLMModel" in model.arch.architectures,
+        trust_remote_code="ChatGLMModel" in model.arch.architectures or model.arch.ships_code,
         speculative_config=spec.config() if spec else None, additional_config=as_config(additional))
 
 
@@ -323,10 +326,7 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     if cluster is not None and buffer is not None:
         cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
     additional = _additional(model, rules, options, release, moe_ep)
-    env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer)
-    if any(a.key == "enable_cpu_binding" and a.value for a in additional):
-        # vllm-ascend binds the threads itself: torch_npu's binding would pin them a second time.
-        env_settings = tuple(e for e in env_settings if e.name != "CPU_AFFINITY_CONF")
+    env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer, additional)
     perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs, spec)
     prediction = predict(perf, factors=calibration.factors)
     warnings += _closing_warnings(model, workload, cluster, target.nodes, prediction)

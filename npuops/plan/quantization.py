@@ -108,7 +108,7 @@ def check_runs(name: str, family: str, release: str, is_moe: bool) -> None:
     scheme = schemes()[name]
     label = _FAMILY_LABELS.get(family, family)
     works = usable_schemes(family, release, is_moe)
-    instead = f"use {' or '.join(works[:4])}" if works else "serve the model unquantized (bfloat16)"
+    instead = f"use {' or '.join(works[:4])}" if works else "serve the model unquantized"
     since = scheme.families.get(family)
     if since is None:
         where = ", ".join(f"{_FAMILY_LABELS.get(f, f)} from vllm-ascend {r}" for f, r in scheme.families.items())

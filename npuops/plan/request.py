@@ -68,8 +68,5 @@ def plan_request(settings: Settings, request: PlanRequest, *, target: HardwareTa
     """Load the model, resolve the target (unless given) and plan, calibrated by this node's benches."""
     model = load_model(request.model, request.quantization)
     target = target or resolve_target(settings, request)
-    options = request.options
-    if request.draft_model:
-        options.draft = load_model(request.draft_model)
-    return make_plan(model, target, request.workload, options,
+    return make_plan(model, target, request.workload, request.options,
                      node_calibration(settings, target, ignore=request.no_calibration))

@@ -278,3 +278,13 @@ def test_provision_takes_the_newest_final_row_of_a_cann() -> None:
     assert row is not None and row["name"] == "0.23.0"
     rc = choose_row(None, "9.2.0")
     assert rc is not None and rc["name"] == "0.30.0rc2"  # no final release pins CANN 9.2.0 yet
+
+
+def test_the_draft_model_flag_through_the_cli() -> None:
+    result = run_cli("plan", "qwen3-32b", "--hardware", "910B3x8", "--speculative", "draft_model:3",
+                     "--draft-model", "qwen3-8b", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["config"]["speculative_config"] == {"method": "draft_model", "num_speculative_tokens": 3,
+                                                    "model": "Qwen/Qwen3-8B"}
+    assert any("catalog model" in w for w in plan["warnings"])
