@@ -37,12 +37,15 @@ class EnvSetting:
     seed: str | None
 
 
+RC, FINAL = 0, 1  # Release.stage
+
+
 @dataclass(frozen=True, order=True)
 class Release:
     """A vllm-ascend version, ordered like PEP 440 for the forms releases use (X.Y.Z, X.Y.ZrcN, .postN)."""
 
     numbers: tuple[int, int, int]
-    stage: int  # 0 = rc (pre-release), 1 = final
+    stage: int  # RC (pre-release) or FINAL
     serial: int
     text: str = ""
 
@@ -59,8 +62,8 @@ def parse_release(text: str) -> Release:
         )
     major, minor, patch = int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
     if match.group(4):
-        return Release((major, minor, patch), 0, int(match.group(5)), text.strip())
-    return Release((major, minor, patch), 1, int(match.group(6) or 0), text.strip())
+        return Release((major, minor, patch), RC, int(match.group(5)), text.strip())
+    return Release((major, minor, patch), FINAL, int(match.group(6) or 0), text.strip())
 
 
 @lru_cache(maxsize=1)

@@ -289,8 +289,8 @@ def _speculative(plan: Plan) -> Iterator[Explanation]:
     if spec is None:
         return
     how = ("chosen by the plan: the checkpoint ships MTP layers" if spec.chosen_by_plan else "as asked")
-    rate = {"default": "the method's published rate (npuops/data/speculative.toml)", "flag": "--spec-acceptance",
-            "measured": "measured by npuops bench"}[spec.acceptance_source]
+    rate = {"default": "the method's published rate (npuops/data/speculative.toml)",
+            "flag": "--spec-acceptance"}[spec.acceptance_source]
     draft = (f"; the draft's {spec.draft_weight_bytes / 1e9:.2f} GB of weights and its KV layers are in the memory "
              "plan" if spec.draft_weight_bytes else "")
     yield Explanation("speculative_config", plan.server.speculative_config,

@@ -17,7 +17,8 @@ from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError
 from npuops.plan.catalog import catalog_entry
 from npuops.plan.environment import parse_release
-from npuops.plan.model import ModelArch, ModelSpec, mtp_layer_parameters
+from npuops.plan.memory import kv_bytes_per_token, kv_page_bytes_per_layer
+from npuops.plan.model import ModelSpec, mtp_layer_parameters
 
 NONE = "none"
 # Draft tokens a plan proposes when the operator names a method without K: one for MTP (what vllm-ascend's
@@ -88,7 +89,8 @@ class SpeculativePlan:
     num_tokens: int
     draft_model: str | None
     acceptance: float  # draft tokens accepted / proposed (vLLM's rate)
-    acceptance_source: str  # "default" | "flag" | "measured"
+    # "default" (the method's) or "flag" (--spec-acceptance); `npuops bench` predicts with the rate it measures.
+    acceptance_source: str
     draft_layers: int  # decoder layers one draft forward runs (0: no forward, the proposer works on text)
     draft_weight_bytes: int  # the draft's own weights (MTP layers or draft model), whole
     draft_kv_bytes_per_token: int  # the draft's KV per token, unsplit
@@ -127,19 +129,12 @@ def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, 
         per_layer = mtp_layer_parameters(arch)
         # MTP layers ship unquantized beside quantized checkpoints (DeepSeek's "float MTP weight").
         weights = int(arch.mtp_layers * per_layer.total * 2)
-        return arch.mtp_layers, weights, _kv_per_token(arch, kv_dtype_bytes) * arch.mtp_layers
+        return arch.mtp_layers, weights, kv_page_bytes_per_layer(arch, 1, kv_dtype_bytes, 1) * arch.mtp_layers
     if method.draft == "model" and draft is not None:
         d = draft.arch
         weights = draft.weight_bytes or 0
-        return d.num_layers, weights, _kv_per_token(d, kv_dtype_bytes) * d.kv_cache_layers
+        return d.num_layers, weights, kv_bytes_per_token(d, kv_dtype_bytes)
     return 0, 0, 0
-
-
-def _kv_per_token(arch: ModelArch, kv_dtype_bytes: float) -> int:
-    """One layer's KV bytes per token, unsplit (MLA: the latent and the RoPE key)."""
-    if arch.is_mla:
-        return int((arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_dtype_bytes)
-    return int(2 * arch.num_kv_heads * arch.head_dim * kv_dtype_bytes)
 
 
 def _tokens(method: SpecMethod, asked: int | None) -> int:

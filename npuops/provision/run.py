@@ -19,6 +19,7 @@ from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import HostResult, PlaybookRun
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.versions import parse_ascend_version
+from npuops.plan.environment import FINAL, parse_release
 from npuops.provision.packages import PackageSet, check_wheelhouse, verify_packages
 
 PLAYBOOK = "provision.yml"
@@ -81,8 +82,8 @@ def choose_row(stack: str | None, cann_version: str | None) -> dict[str, Any] | 
         matching = [r for r in rows if wanted is not None and parse_ascend_version(r["cann"]) == wanted]
         # compat.toml lists the newest first; a release candidate only when --stack names it (an operator's
         # default is the newest final release).
-        final = [r for r in matching if "rc" not in str(r["vllm_ascend"])]
-        if final or matching:
+        final = [r for r in matching if parse_release(str(r["vllm_ascend"])).stage == FINAL]
+        if matching:
             return (final or matching)[0]
     return None
 
