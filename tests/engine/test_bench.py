@@ -78,9 +78,12 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     assert isinstance(seed, int) and seed >= 0  # a fresh one: prompts new to the instance's prefix cache
     assert report["load"] == {"input_len": 128, "output_len": 16, "concurrency": 4, "request_rate": None,
                               "num_prompts": 24}
-    # The engine's own prefix-cache counters around the bench: only the tool's warm-up copies of the first prompt hit.
+    # The engine's own prefix-cache counters around the bench. A fresh seed's prompts are new to the instance, but
+    # vLLM's random prompts are runs of consecutive token ids from a random start (datasets.py
+    # generate_token_sequence), so on the tiny model's 1024-token vocabulary two of one bench's 24 prompts start
+    # alike by chance (a CI run saw 4 such block hits besides the warm-ups'): most prompt tokens still miss.
     cache = report["prefix_cache"]
-    assert cache["queried_tokens"] >= 24 * 128 and cache["repeated_prompts"] is False, cache
+    assert cache["queried_tokens"] >= 24 * 128 and cache["hit_rate"] < 0.5, cache
     assert measured["completed"] == 24 and measured["failed"] == 0
     assert measured["total_output_tokens"] == 24 * 16
     for metric in ("ttft", "tpot", "itl", "e2el"):
