@@ -84,6 +84,12 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
                             service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
                             extra_env=extra_env, foreground=foreground)
+    if request.pd is not None and (inventory is not None or foreground or tuned_file is not None):
+        raise UsageError("--pd launches the prefill and decode engines of one node as services",
+                         "drop -i/--group, --foreground and --tuned with --pd (a PD pair over a group's hosts is not "
+                         "built yet: launch each host's pair with --pd on it)")
+    if request.kv_port is not None and request.pd is None:
+        raise UsageError("--kv-port is for a disaggregated launch", "add --pd P:D, or drop --kv-port")
     if inventory is not None:
         if foreground or verify:
             raise UsageError("--foreground and --verify are for one node", "drop them with -i/--group")
@@ -133,8 +139,16 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
         if reason:
             raise EnvironmentMissingError(reason, "run the engine in this terminal under the same supervisor with "
                                           "`npuops launch ... --foreground`, or launch on a node booted with systemd")
-    plan = plan_request(settings, request)
-    prepared = prepare_local(settings, plan, choices)
+    pd = None
+    if request.pd is not None:
+        from npuops.plan.request import plan_pd_request
+
+        pd, plan, why = plan_pd_request(settings, request)
+        prepared = prepare_local(settings, plan, choices, pd)
+        prepared.notes.insert(0, why)
+    else:
+        plan = plan_request(settings, request)
+        prepared = prepare_local(settings, plan, choices)
     if dry_run:
         assert output is not None
         _print_dry_run(write_dry_run(prepared.instances, output), prepared.notes, plan, as_json, settings.state_dir)

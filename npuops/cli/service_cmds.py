@@ -153,7 +153,7 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
 @click.option("-n", "--lines", type=click.IntRange(1), default=100, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("--part", metavar="PART", help="Of a model behind a router: `router`, or a replica `r0`, `r1`, ... "
-              "[default: every part, interleaved].")
+              "(a --pd engine `p0`, `d0`, ...) [default: every part, interleaved].")
 @click.option("--json", "as_json", is_flag=True, help="The last lines as one JSON document (no --follow).")
 @group_options
 @click.pass_context

@@ -41,7 +41,13 @@ def tune(ctx: click.Context, /, budget: int, slo_ttft_ms: float | None, slo_tpot
 
     validate_instance_name(name)
     settings = load_context_settings(ctx)
-    request = TuneRequest(plan=request_from_flags(flags), output=output, budget=budget,
+    planned = request_from_flags(flags)
+    if planned.pd is not None or planned.kv_port is not None:
+        from npuops.errors import UsageError
+
+        raise UsageError("tune searches one co-located engine's options", "drop --pd/--kv-port; tune the pools "
+                         "separately with --devices (or the CPU target) and launch --pd")
+    request = TuneRequest(plan=planned, output=output, budget=budget,
                           slo=Slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms), name=name, port=port, vllm=vllm_bin,
                           num_prompts=num_prompts)
 

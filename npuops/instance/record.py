@@ -62,6 +62,10 @@ ROLES = (ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER, ROLE_ROUTER, ROLE_REPLICAS
 # The router's command line (vllm-router's options, no secret) beside its record, instead of a vllm.yaml.
 ROUTER_CONFIG_FILE = "router.json"
 ROUTER_UNIT_SUFFIX = "-router"
+# The two pools of a disaggregated instance (`launch --pd P:D`): their engines take kv_role producer and consumer.
+PD_PREFILL = "prefill"
+PD_DECODE = "decode"
+PD_ROLES = (PD_PREFILL, PD_DECODE)
 @dataclass(frozen=True)
 class InstanceRecord:
     name: str
@@ -103,6 +107,15 @@ class InstanceRecord:
     metrics_port: int | None = None
     # A replica behind a router: the router instance's name (its endpoint is the model's).
     behind: str | None = None
+    # Prefill/decode disaggregation: this engine's pool (PD_PREFILL or PD_DECODE; None when colocated), its KV
+    # connector (vLLM's kv_connector name), the first port of its connector's handshake range and how many ports
+    # from there its ranks take (one per device: vllm-ascend's Mooncake connectors listen on kv_port + rank), and
+    # on the CPU engine the directory the ExampleConnector shares between the pools.
+    pd_role: str | None = None
+    kv_connector: str | None = None
+    kv_port: int | None = None
+    kv_port_span: int = 0
+    kv_shared_path: str | None = None
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -202,6 +215,10 @@ class InstanceRecord:
             values["port"] = int(values["port"])
             if values.get("metrics_port") is not None:
                 values["metrics_port"] = int(values["metrics_port"])
+            if values.get("pd_role") not in (None, *PD_ROLES):
+                raise ValueError(f"pd_role {values['pd_role']!r} is not one of {', '.join(PD_ROLES)}")
+            if values.get("kv_port") is not None:
+                values["kv_port"] = int(values["kv_port"])
             if values.get("role", ROLE_ENGINE) not in ROLES:
                 raise ValueError(f"role {values['role']!r} is not one of {', '.join(ROLES)}")
             cluster = values.get("cluster", {})

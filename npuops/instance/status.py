@@ -102,6 +102,8 @@ class InstanceStatus:
     previous_exit: SupervisorExit | None = None
     # The headline of the last `npuops bench` of this instance (npuops/instance/bench_results.py).
     last_bench: Mapping[str, Any] | None = None
+    # An engine of a disaggregated instance: its pool (prefill or decode).
+    pd_role: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -126,6 +128,8 @@ class InstanceStatus:
             data["parts"] = [p.to_json() for p in self.parts]
         if self.last_bench is not None:
             data["last_bench"] = dict(self.last_bench)
+        if self.pd_role is not None:
+            data["pd_role"] = self.pd_role
         data["state"] = self.state
         return data
 
@@ -151,6 +155,7 @@ class InstanceStatus:
             parts=tuple(cls.from_json(p.data) for p in status.objects("parts")),
             metrics_port=status.opt_integer("metrics_port"),
             last_bench=dict(bench.data) if (bench := status.opt_obj("last_bench")) is not None else None,
+            pd_role=status.opt_text("pd_role"),
         )
 
 
@@ -259,6 +264,7 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         exit=replace(done, diagnosis=None, log_tail=()) if done is not None else None,
         cluster=cluster_status(record),
         role=record.role if record.cluster is not None or record.is_router else None,
+        pd_role=record.pd_role,
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
         last_bench=bench_headline(report) if (report := last_bench(record)) is not None else None,
     )
@@ -396,6 +402,7 @@ def _router_lines(status: InstanceStatus) -> list[str]:
             continue
         routed = "out (health checks fail)" if seen.get("healthy") is False else (
             "out (circuit open)" if seen.get("circuit_open") else "in")
-        lines.append(f"  {part.name:<9} {part.state} on {part.url}: {routed}, "
+        pool = f"{part.pd_role} " if part.pd_role else ""
+        lines.append(f"  {part.name:<9} {pool}{part.state} on {part.url}: {routed}, "
                      f"{_fmt(seen.get('requests'), digits=0)} request(s) routed, {kv}")
     return lines

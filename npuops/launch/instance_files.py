@@ -33,8 +33,9 @@ from npuops.instance.record import (
     validate_instance_name,
 )
 from npuops.launch.render import render_template
+from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan
 from npuops.plan.result import Plan
-from npuops.plan.router import RouterOptions
+from npuops.plan.router import DEFAULT_POLICY, RouterOptions
 from npuops.plan.rules import Replica
 from npuops.plan.server_options import ServerOptions
 from npuops.settings import DEFAULT_VENV
@@ -223,6 +224,9 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
         "wants_units": [],
         "role": record.role,
         "extra_env_files": list(extras.env_files),
+        # A disaggregated instance's prefill and decode engines share their KV directory (the CPU engine's
+        # ExampleConnector): one more state directory, the same in every unit of the instance.
+        "extra_state_directories": [Path(record.kv_shared_path).name] if record.kv_shared_path else [],
     }
 
 
@@ -340,8 +344,54 @@ def _router_python(spec: LaunchSpec) -> str:
     return str(Path(spec.vllm_command[0]).parent / "python")
 
 
+def pd_engine_name(instance: str, role: str, index: int) -> str:
+    """Engine N of a disaggregated instance's prefill or decode pool: NAME-p0, NAME-d0."""
+    return f"{instance}-{role[0]}{index}"
+
+
+def render_pd_instances(pd: DisaggregatedPlan, spec: LaunchSpec) -> list[InstanceFiles]:
+    """A disaggregated instance's files: each prefill engine, each decode engine (on loopback, on the ports after
+    the router's, each with its kv_transfer_config), then vllm-router in PD mode on the instance's address."""
+    validate_instance_name(spec.name)
+    extras = InstanceExtras()
+    engines = sum(pool.count for pool in pd.pools)
+    if not 1 <= spec.port or spec.port + engines + 1 > 65535:
+        raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
+    # The ExampleConnector's producer writes each prompt's KV where the consumer reads it: a state directory both
+    # units get (systemd creates it for the service user; nothing else can read it under UMask=0077).
+    shared = (str(spec.service_data_root / f"npuops-{spec.name}-kv") if pd.connector == EXAMPLE_CONNECTOR else None)
+    instances: list[InstanceFiles] = []
+    urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+    port = spec.port + 1
+    for pool in pd.pools:
+        plan = pool.plan
+        model_arg = _model_argument(plan)
+        for index, replica in enumerate(plan.replicas):
+            name = pd_engine_name(spec.name, pool.role, index)
+            ports = pool.kv_ports[index]
+            server = replace(plan.server, model=model_arg, host="127.0.0.1", port=port,
+                             kv_transfer_config=pd.transfer_config(pool, index, shared))
+            record = replace(_record(plan, spec, extras, server, name, replica.devices), behind=spec.name,
+                             pd_role=pool.role, kv_connector=pd.connector,
+                             kv_port=None if shared else ports.start, kv_port_span=0 if shared else len(ports),
+                             kv_shared_path=shared)
+            config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
+                "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
+                FILE_MODES[CONFIG_FILE])
+            instances.append(_render_files(record, spec, config, _environment(plan, spec, extras, replica),
+                                           _unit_variables(record, spec, extras)))
+            urls[pool.role].append(base_url(record.host, record.port))
+            port += 1
+    router = RouterOptions(policy=pd.colocated.options.router_policy or DEFAULT_POLICY)
+    records = [i.record for i in instances]
+    instances.append(_render_router(router, spec, records, tuple(urls["prefill"] + urls["decode"]),
+                                    pd_urls=(tuple(urls["prefill"]), tuple(urls["decode"]))))
+    return instances
+
+
 def _render_router(router: RouterOptions, spec: LaunchSpec, replicas: Sequence[InstanceRecord],
-                   backends: tuple[str, ...]) -> InstanceFiles:
+                   backends: tuple[str, ...],
+                   pd_urls: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> InstanceFiles:
     """The router in front of the replicas (`backends`: their URLs, on this host and, over a group, the others'):
     on the instance's address, its unit after this host's replicas'."""
     first = replicas[0]
@@ -353,12 +403,19 @@ def _render_router(router: RouterOptions, spec: LaunchSpec, replicas: Sequence[I
         first, name=name, unit=f"npuops-{name}{ROUTER_UNIT_SUFFIX}{UNIT_SUFFIX}", host=spec.host, port=spec.port,
         devices=(), role=ROLE_ROUTER, vllm_command=(_router_python(spec), "-m", ROUTER_MODULE),
         instance_dir=str(spec.state_dir / name), status_file=str(status_dir / STATUS_FILE),
-        replicas=tuple(r.name for r in replicas), backends=backends, metrics_port=metrics_port, behind=None)
-    argv = router.argv(backends, host=spec.host, port=spec.port, metrics_host="127.0.0.1",
-                            metrics_port=metrics_port, startup_timeout_s=first.timeout_start_s)
+        replicas=tuple(r.name for r in replicas), backends=backends, metrics_port=metrics_port, behind=None,
+        pd_role=None, kv_port=None, kv_port_span=0, kv_shared_path=None)
+    if pd_urls is None:
+        argv = router.argv(backends, host=spec.host, port=spec.port, metrics_host="127.0.0.1",
+                           metrics_port=metrics_port, startup_timeout_s=first.timeout_start_s)
+        comment = f"vllm-router in front of {', '.join(backends)}"
+    else:
+        argv = router.argv_pd(pd_urls[0], pd_urls[1], host=spec.host, port=spec.port, metrics_host="127.0.0.1",
+                              metrics_port=metrics_port, startup_timeout_s=first.timeout_start_s)
+        comment = f"vllm-router in PD mode: prefill {', '.join(pd_urls[0])}, decode {', '.join(pd_urls[1])}"
     config = RenderedFile(ROUTER_CONFIG_FILE, json.dumps({
-        "comment": f"vllm-router in front of {', '.join(backends)}, rendered by npuops (policy {router.policy}: "
-                   f"{router.why})", "argv": argv}, indent=2) + "\n", 0o644)
+        "comment": f"{comment}, rendered by npuops (policy {router.policy}: {router.why})", "argv": argv},
+        indent=2) + "\n", 0o644)
     # The router needs no model, chips or CANN: only the key it sends the replicas (VLLM_API_KEY).
     environment = {"VLLM_API_KEY": spec.api_key} if spec.api_key else {}
     variables = _unit_variables(record, spec, InstanceExtras())

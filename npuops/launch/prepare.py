@@ -20,8 +20,10 @@ from npuops.launch.instance_files import (
     LaunchSpec,
     read_api_key_file,
     render_instances,
+    render_pd_instances,
     write_instance_files,
 )
+from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
 from npuops.settings import Settings
 
@@ -85,8 +87,10 @@ def cann_environment(settings: Settings, plan: Plan) -> tuple[dict[str, str], li
     return environment, []
 
 
-def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices) -> PreparedLaunch:
-    """The instances of a launch on this node, rendered, with the API key read and the notes for the operator."""
+def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
+                  pd: DisaggregatedPlan | None = None) -> PreparedLaunch:
+    """The instances of a launch on this node, rendered, with the API key read and the notes for the operator
+    (`pd`: a disaggregated plan's engines and its PD router instead of `plan`'s replicas)."""
     api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
     ascend_env, notes = cann_environment(settings, plan)
     exposed = exposure_note(choices.host, api_key)
@@ -98,7 +102,8 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices) -> Pre
         state_dir=settings.state_dir, service_data_root=settings.service_data_root, ascend_env=ascend_env,
         manager=MANAGER_FOREGROUND if choices.foreground else MANAGER_SYSTEMD, start_timeout_s=choices.start_timeout_s,
         watchdog_s=choices.watchdog_s, stop_timeout_s=choices.stop_timeout_s, extra_env=dict(choices.extra_env))
-    return PreparedLaunch(render_instances(plan, spec), api_key, notes, spec)
+    rendered = render_pd_instances(pd, spec) if pd is not None else render_instances(plan, spec)
+    return PreparedLaunch(rendered, api_key, notes, spec)
 
 
 def write_dry_run(instances: list[InstanceFiles], output: Path) -> dict[str, list[str]]:

@@ -43,6 +43,10 @@ class PerfConstants:
     spec_host_us_per_seq: float = 0.0
     cpu_spec_step_us: float = 0.0
     cpu_spec_host_us_per_seq: float = 0.0
+    pd_transfer_bytes_per_s: float = 15e9
+    pd_transfer_ms: float = 5.0
+    cpu_pd_transfer_bytes_per_s: float = 1e9
+    cpu_pd_transfer_ms: float = 15.0
 
 
 def _memory(raw: dict[str, Any]) -> MemoryConstants:
@@ -81,6 +85,10 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         spec_host_us_per_seq=float(raw["spec_host_us_per_seq"]),
         cpu_spec_step_us=float(cpu["spec_step_us"]),
         cpu_spec_host_us_per_seq=float(cpu["spec_host_us_per_seq"]),
+        pd_transfer_bytes_per_s=float(raw["pd_transfer_bytes_per_s"]),
+        pd_transfer_ms=float(raw["pd_transfer_ms"]),
+        cpu_pd_transfer_bytes_per_s=float(cpu["pd_transfer_bytes_per_s"]),
+        cpu_pd_transfer_ms=float(cpu["pd_transfer_ms"]),
     )
 
 

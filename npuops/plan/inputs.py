@@ -141,6 +141,11 @@ class PlanRequest:
         "by npuops bench]."))
     additional_config: str | None = declared(flag=UserFlag(
         "additional-config", "vllm-ascend's --additional-config as JSON, checked against the release's keys."))
+    pd: str | None = declared(flag=UserFlag(
+        "pd", "Prefill/decode disaggregation on this node: P:D prefill and decode engines behind one router in PD "
+        "mode (e.g. 1:1), or auto (the plan judges against a co-located one and says why)."))
+    kv_port: int | None = declared(limits=Limits(minimum=1024, maximum=65535), flag=UserFlag(
+        "kv-port", "With --pd: the first KV connector port [default: above Mooncake's transport range]."))
     no_calibration: bool = declared(flag=UserFlag(
         "no-calibration", "Predict with the model's shared constants, ignoring this node's stored benches."),
         default=False)

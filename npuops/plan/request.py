@@ -14,6 +14,7 @@ from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import read_python_stack
 from npuops.plan.calibration import CalibrationChoice, CalibrationStore
 from npuops.plan.catalog import load_model
+from npuops.plan.disaggregation import DisaggregatedPlan, plan_disaggregated
 from npuops.plan.inputs import PlanRequest
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
@@ -70,3 +71,14 @@ def plan_request(settings: Settings, request: PlanRequest, *, target: HardwareTa
     target = target or resolve_target(settings, request)
     return make_plan(model, target, request.workload, request.options,
                      node_calibration(settings, target, ignore=request.no_calibration))
+
+
+def plan_pd_request(settings: Settings, request: PlanRequest, *, target: HardwareTarget | None = None
+                    ) -> tuple[DisaggregatedPlan | None, Plan, str]:
+    """`--pd P:D|auto`: the disaggregated plan (None where auto keeps the co-located one), the co-located plan on
+    the same chips, and why."""
+    assert request.pd is not None
+    model = load_model(request.model, request.quantization)
+    target = target or resolve_target(settings, request)
+    return plan_disaggregated(model, target, request.workload, request.options, request.pd,
+                              node_calibration(settings, target, ignore=request.no_calibration), request.kv_port)

@@ -73,13 +73,35 @@ class RouterOptions:
     def argv(self, worker_urls: Sequence[str], *, host: str, port: int, metrics_host: str, metrics_port: int,
              startup_timeout_s: int) -> list[str]:
         """The router's command line after its program: the replicas' URLs, where it listens, its options."""
-        out = ["--worker-urls", *worker_urls, "--host", host, "--port", str(port),
+        return ["--worker-urls", *worker_urls, *self._serving_argv(host=host, port=port, metrics_host=metrics_host,
+                                                                    metrics_port=metrics_port,
+                                                                    startup_timeout_s=startup_timeout_s)]
+
+    def _serving_argv(self, *, host: str, port: int, metrics_host: str, metrics_port: int,
+                      startup_timeout_s: int) -> list[str]:
+        out = ["--host", host, "--port", str(port),
                "--prometheus-host", metrics_host, "--prometheus-port", str(metrics_port),
                # It waits for every replica to answer /health before it serves: as long as their own start may take.
                "--worker-startup-timeout-secs", str(startup_timeout_s), "--worker-startup-check-interval", "2"]
         for f in fields(self):
             out += [_router_flag(f.name), str(getattr(self, f.name))]
         return out
+
+    def argv_pd(self, prefill_urls: Sequence[str], decode_urls: Sequence[str], *, host: str, port: int,
+                metrics_host: str, metrics_port: int, startup_timeout_s: int) -> list[str]:
+        """The router in vLLM PD mode: each request to a prefill engine (max_tokens 1), then with the KV transfer
+        parameters it returned to a decode engine. vllm-router's default `--kv-connector nixl` protocol (the
+        prefill's kv_transfer_params passed on to the decode) is the one vllm-ascend's Mooncake connectors and
+        vLLM's ExampleConnector speak (vllm-ascend's own proxy, load_balance_proxy_server_example.py, does the same);
+        its `mooncake` mode is upstream vLLM's bootstrap-server protocol, which vllm-ascend's connectors do not run."""
+        serving = self._serving_argv(host=host, port=port, metrics_host=metrics_host, metrics_port=metrics_port,
+                                     startup_timeout_s=startup_timeout_s)
+        out = ["--vllm-pd-disaggregation"]
+        for url in prefill_urls:
+            out += ["--prefill", url]
+        for url in decode_urls:
+            out += ["--decode", url]
+        return out + serving
 
     def to_json(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"why": self.why}

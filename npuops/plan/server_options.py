@@ -86,6 +86,8 @@ class ServerOptions:
     speculative_config: dict[str, Any] | None = vllm_option("speculative-config")
     # vllm-ascend's own options (AscendConfig), checked against the release's keys: npuops.plan.additional_config.
     additional_config: dict[str, Any] | None = vllm_option("additional-config")
+    # Prefill/decode disaggregation: vLLM's KVTransferConfig of this engine (npuops.plan.disaggregation).
+    kv_transfer_config: dict[str, Any] | None = vllm_option("kv-transfer-config")
     enforce_eager: bool | None = vllm_option("enforce-eager", flag=UserFlag("enforce-eager", "No graph mode."))
     distributed_executor_backend: str | None = vllm_option("distributed-executor-backend")
     trust_remote_code: bool | None = vllm_option("trust-remote-code")
