@@ -88,6 +88,10 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
         raise UsageError("--pd launches the prefill and decode engines of one node as services",
                          "drop -i/--group, --foreground and --tuned with --pd (a PD pair over a group's hosts is not "
                          "built yet: launch each host's pair with --pd on it)")
+    if request.pd is not None:
+        from npuops.plan.disaggregation import parse_pd
+
+        parse_pd(request.pd)  # a malformed shape is bad input, whatever this machine runs
     if request.kv_port is not None and request.pd is None:
         raise UsageError("--kv-port is for a disaggregated launch", "add --pd P:D, or drop --kv-port")
     if inventory is not None:
@@ -151,7 +155,8 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
         prepared = prepare_local(settings, plan, choices)
     if dry_run:
         assert output is not None
-        _print_dry_run(write_dry_run(prepared.instances, output), prepared.notes, plan, as_json, settings.state_dir)
+        _print_dry_run(write_dry_run(prepared.instances, output), prepared.notes, plan, as_json, settings.state_dir,
+                       pd)
         return int(ExitCode.OK)
     if choices.foreground:
         if len(prepared.instances) > 1:
@@ -168,10 +173,12 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
                                     supervisor=prepared.spec.npuops_command[0], verify=verify, golden=golden))
 
 
-def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, as_json: bool, state_dir: Path) -> None:
+def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, as_json: bool, state_dir: Path,
+                   pd: Any = None) -> None:
     if as_json:
+        # With --pd the plan is the disaggregated one; "plan" stays the co-located plan it was compared with.
         click.echo(json.dumps({"ok": True, "dry_run": True, "instances": written, "notes": notes,
-                               "plan": plan.to_json()}, indent=2))
+                               "plan": plan.to_json(), "disaggregated": pd.to_json() if pd else None}, indent=2))
         return
     for instance_name, paths in written.items():
         click.echo(f"{instance_name}:")

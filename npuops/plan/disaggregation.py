@@ -436,8 +436,11 @@ def plan_disaggregated(model: ModelSpec, target: HardwareTarget, workload: Workl
                        ) -> tuple[DisaggregatedPlan | None, Plan, str]:
     """(the PD plan or None, the co-located plan, why). `--pd P:D` always gives that shape; `--pd auto` the best
     shape when it beats the co-located plan for the workload's objective, else None and why not."""
-    colocated = make_plan(model, target, workload, options, calibration)
     shape = parse_pd(asked)
+    if options.replicas is not None:
+        raise BadInputError("--dp and --pd both say how many engines run", "give --pd P:D alone (P prefill and D "
+                            "decode engines), or --dp N alone for co-located replicas")
+    colocated = make_plan(model, target, workload, options, calibration)
     if shape is not None:
         pd = plan_pools(model, target, workload, options, shape, colocated, calibration, kv_port, asked)
         return pd, colocated, pd.verdict

@@ -146,15 +146,15 @@ def test_the_pair_is_bound_by_prefill_when_one_engine_prefills_for_many_decoders
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "1:1", "--kv-port", "20500"], "AscendDirectTransport"),
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--kv-port", "30000"], "--kv-port is for a disaggregated plan"),
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "one"], "is not P:D"),
-    (["plan", "qwen3-32b", "--hardware", "910B3x8x2", "--pd", "1:1"], None),
+    (["plan", "qwen3-32b", "--hardware", "910B3x8", "--nodes", "2", "--pd", "1:1"], "--pd plans one node"),
+    (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "1:1", "--dp", "2"], "--dp and --pd"),
 ])
-def test_refusals_are_one_line_with_the_fix(argv: list[str], problem: str | None) -> None:
+def test_refusals_are_one_line_with_the_fix(argv: list[str], problem: str) -> None:
     done = npuops(*argv)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert "fix:" in line
-    if problem:
-        assert problem in line, line
+    assert problem in line, line
 
 
 def test_plan_pd_prints_both_pools_and_json() -> None:
@@ -177,3 +177,36 @@ def test_the_example_connector_hands_over_whole_blocks_of_all_but_the_last_token
     assert recomputed_tokens(256, 128, EXAMPLE_CONNECTOR) == 256
     assert recomputed_tokens(257, 128, EXAMPLE_CONNECTOR) == 1
     assert recomputed_tokens(256, 128, MOONCAKE_CONNECTOR) == 1
+
+
+def test_launch_pd_dry_run_renders_both_pools_and_the_pd_router(tmp_path: Path) -> None:
+    model = write_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "out"
+    done = npuops("launch", str(model), "--hardware", "cpu", "--pd", "1:1", "--name", "pair", "--port", "9100",
+                  "--dry-run", "--output", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert list(report["instances"]) == ["pair-p0", "pair-d0", "pair"]
+    assert report["disaggregated"]["connector"] == EXAMPLE_CONNECTOR
+    assert '\\"kv_role\\":\\"kv_consumer\\"' in (out / "pair-d0" / "vllm.yaml").read_text()
+    router = json.loads((out / "pair" / "router.json").read_text())["argv"]
+    assert "--vllm-pd-disaggregation" in router and "--worker-urls" not in router
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--foreground"], "--pd launches the prefill and decode engines of one node as services"),
+    (["--kv-port", "30000", "--pd", "none"], "--pd 'none' is not P:D"),
+])
+def test_launch_pd_refusals(tmp_path: Path, extra: list[str], problem: str) -> None:
+    model = write_tiny_model(tmp_path / "tiny")
+    args = ["launch", str(model), "--hardware", "cpu", *extra]
+    if "--pd" not in extra:
+        args += ["--pd", "1:1"]
+    done = npuops(*args)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert problem in done.stderr and "fix:" in done.stderr, done.stderr
+
+
+def test_launch_kv_port_without_pd_is_refused(tmp_path: Path) -> None:
+    done = npuops("launch", str(write_tiny_model(tmp_path / "tiny")), "--hardware", "cpu", "--kv-port", "30000")
+    assert done.returncode != 0 and "--kv-port is for a disaggregated launch" in done.stderr, done.stderr
