@@ -84,10 +84,9 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
     choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
                             service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
                             extra_env=extra_env, foreground=foreground)
-    if request.pd is not None and (inventory is not None or foreground or tuned_file is not None):
-        raise UsageError("--pd launches the prefill and decode engines of one node as services",
-                         "drop -i/--group, --foreground and --tuned with --pd (a PD pair over a group's hosts is not "
-                         "built yet: launch each host's pair with --pd on it)")
+    if request.pd is not None and (foreground or tuned_file is not None or verify):
+        raise UsageError("--pd launches prefill and decode engines as services behind a PD router",
+                         "drop --foreground, --tuned and --verify with --pd")
     if request.pd is not None:
         from npuops.plan.disaggregation import parse_pd
 

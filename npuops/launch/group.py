@@ -27,11 +27,12 @@ from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
 from npuops.instance.record import MANAGER_SYSTEMD
 from npuops.instance.status import InstanceStatus
-from npuops.launch.instance_files import LaunchSpec, read_api_key_file
-from npuops.launch.multinode import ClusterHost, HostPart, render_cluster, render_replica_group
+from npuops.launch.instance_files import LaunchSpec, pd_shared_path, read_api_key_file
+from npuops.launch.multinode import ClusterHost, HostPart, render_cluster, render_pd_group, render_replica_group
 from npuops.launch.prepare import LaunchChoices, exposure_note, vllm_executable
+from npuops.plan.disaggregation import EXAMPLE_CONNECTOR
 from npuops.plan.inputs import PlanRequest
-from npuops.plan.request import plan_request, resolve_target
+from npuops.plan.request import plan_pd_over_hosts, plan_request, resolve_target
 from npuops.plan.result import Plan
 from npuops.plan.router import DEFAULT_POLICY, RouterOptions
 from npuops.settings import Settings
@@ -251,7 +252,8 @@ def run_group_launch(launch: GroupLaunch, inventory: Path, *, artifacts_dir: Pat
             LAUNCH_GROUP_PLAYBOOK, inventory=inventory, artifacts_dir=artifacts_dir, limit=launch.group,
             extravars=launch_extravars(launch.name, launch.group, launch.parts, manifest, service_user=service_user,
                                        cluster_wait_s=cluster_wait_s, ready_wait_s=ready_wait_s, peers=peers,
-                                       strategy=launch.strategy),
+                                       # A PD instance starts as replicas do: every host's engines, then the router.
+                                       strategy="replicas" if launch.strategy == "pd" else launch.strategy),
             forks=forks, on_event=on_event)
     finally:
         # The staged env files may hold the API key: nothing is left behind on the controller.
@@ -331,6 +333,9 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
     if request.hardware.strip().lower() == "auto":
         check_same_hardware(ordered)
     first = ordered[hosts[0].name]
+    if request.pd is not None:
+        launch = _prepare_pd_group(settings, request, choices, group, hosts, ordered)
+        return launch, hosts, ordered
     replicas = request.multinode == "replicas"
     # Replicas behind a router: every host serves the one-node plan; otherwise one plan over all the hosts.
     sized = replace(request, nodes=1, multinode="auto") if replicas else replace(request, nodes=len(hosts))
@@ -362,6 +367,38 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
     if exposed:
         launch.notes.append(exposed)
     return launch, hosts, ordered
+
+
+def _group_spec(settings: Settings, choices: LaunchChoices, hosts: Sequence[InventoryHost]) -> LaunchSpec:
+    api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
+    return LaunchSpec(
+        name=choices.name, host=choices.host, port=choices.port, api_key=api_key, service_user=choices.service_user,
+        vllm_command=(vllm_executable(settings, choices.vllm), "serve"),
+        npuops_command=(str(hosts[0].vars.get("npuops_command") or settings.venv / "bin" / "npuops"),),
+        state_dir=settings.state_dir, service_data_root=settings.service_data_root, manager=MANAGER_SYSTEMD,
+        start_timeout_s=choices.start_timeout_s, watchdog_s=choices.watchdog_s, extra_env=dict(choices.extra_env))
+
+
+def _prepare_pd_group(settings: Settings, request: PlanRequest, choices: LaunchChoices, group: GroupChoices,
+                      hosts: Sequence[InventoryHost], nodes: Mapping[str, Node]) -> GroupLaunch:
+    """`--pd P:D` over the group: P prefill hosts, then D decode hosts, the PD router on the first."""
+    first = nodes[hosts[0].name]
+    sized = replace(request, nodes=1, multinode="auto")
+    pd, why = plan_pd_over_hosts(settings, sized, target=resolve_target(settings, sized, node=first, host=first.host))
+    spec = _group_spec(settings, choices, hosts)
+    serving = [choose_serving_interface(h, nodes[h.name]) for h in hosts]
+    plan = pd.decode.plan
+    parts = render_pd_group(pd, spec, serving, unit_dir=settings.unit_dir,
+                            env_files=(ASCEND_ENV_FILE,) if plan.rules.needs_cann else ())
+    launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts, strategy="pd")
+    launch.notes.append(why)
+    if pd.connector == EXAMPLE_CONNECTOR:
+        launch.notes.append(f"ExampleConnector over hosts: {pd_shared_path(pd, spec)} must be one shared file system "
+                            "(NFS) on every host of the group, or the decode engines never find the prompts' KV")
+    exposed = exposure_note(choices.host, spec.api_key)
+    if exposed:
+        launch.notes.append(exposed)
+    return launch
 
 
 def start_group(launch: GroupLaunch, hosts: Sequence[InventoryHost], nodes: Mapping[str, Node],

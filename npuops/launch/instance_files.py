@@ -33,7 +33,7 @@ from npuops.instance.record import (
     validate_instance_name,
 )
 from npuops.launch.render import render_template
-from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan
+from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan, PdPool
 from npuops.plan.result import Plan
 from npuops.plan.router import DEFAULT_POLICY, RouterOptions
 from npuops.plan.rules import Replica
@@ -325,16 +325,17 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
     elif routing is not None and routing.backends is not None:
         instances.append(_render_router(routing.router, spec, records, routing.backends))
     elif routing is not None:
-        instances.append(_replica_set(spec, records, routing.replica_host))
+        instances.append(replica_set(spec, records, routing.replica_host))
     return instances
 
 
-def _replica_set(spec: LaunchSpec, replicas: Sequence[InstanceRecord], host: str) -> InstanceFiles:
+def replica_set(spec: LaunchSpec, replicas: Sequence[InstanceRecord], host: str) -> InstanceFiles:
     """This host's record of the instance when the router is on another host: no unit, its replicas named."""
     record = replace(replicas[0], name=spec.name, unit="", role=ROLE_REPLICAS, host=host, port=spec.port, devices=(),
                      instance_dir=str(spec.state_dir / spec.name),
                      status_file=str(spec.state_dir / spec.name / STATUS_FILE),
-                     replicas=tuple(r.name for r in replicas), behind=None)
+                     replicas=tuple(r.name for r in replicas), behind=None, pd_role=None, kv_port=None,
+                     kv_port_span=0, kv_shared_path=None)
     text = json.dumps(record.to_json(), indent=2) + "\n"
     return InstanceFiles(spec.name, (RenderedFile(RECORD_FILE, text, 0o644),), "", record)
 
@@ -350,43 +351,60 @@ def pd_engine_name(instance: str, role: str, index: int) -> str:
 
 
 def render_pd_instances(pd: DisaggregatedPlan, spec: LaunchSpec) -> list[InstanceFiles]:
-    """A disaggregated instance's files: each prefill engine, each decode engine (on loopback, on the ports after
-    the router's, each with its kv_transfer_config), then vllm-router in PD mode on the instance's address."""
+    """A disaggregated instance's files on this node: each prefill engine, each decode engine (on loopback, on the
+    ports after the router's, each with its kv_transfer_config), then vllm-router in PD mode on the instance's
+    address."""
     validate_instance_name(spec.name)
-    extras = InstanceExtras()
     engines = sum(pool.count for pool in pd.pools)
     if not 1 <= spec.port or spec.port + engines + 1 > 65535:
         raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
-    # The ExampleConnector's producer writes each prompt's KV where the consumer reads it: a state directory both
-    # units get (systemd creates it for the service user; nothing else can read it under UMask=0077).
-    shared = (str(spec.service_data_root / f"npuops-{spec.name}-kv") if pd.connector == EXAMPLE_CONNECTOR else None)
     instances: list[InstanceFiles] = []
-    urls: dict[str, list[str]] = {"prefill": [], "decode": []}
-    port = spec.port + 1
     for pool in pd.pools:
-        plan = pool.plan
-        model_arg = _model_argument(plan)
-        for index, replica in enumerate(plan.replicas):
-            name = pd_engine_name(spec.name, pool.role, index)
-            ports = pool.kv_ports[index]
-            server = replace(plan.server, model=model_arg, host="127.0.0.1", port=port,
-                             kv_transfer_config=pd.transfer_config(pool, index, shared))
-            record = replace(_record(plan, spec, extras, server, name, replica.devices), behind=spec.name,
-                             pd_role=pool.role, kv_connector=pd.connector,
-                             kv_port=None if shared else ports.start, kv_port_span=0 if shared else len(ports),
-                             kv_shared_path=shared)
-            config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
-                "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
-                FILE_MODES[CONFIG_FILE])
-            instances.append(_render_files(record, spec, config, _environment(plan, spec, extras, replica),
-                                           _unit_variables(record, spec, extras)))
-            urls[pool.role].append(base_url(record.host, record.port))
-            port += 1
-    router = RouterOptions(policy=pd.colocated.options.router_policy or DEFAULT_POLICY)
-    records = [i.record for i in instances]
-    instances.append(_render_router(router, spec, records, tuple(urls["prefill"] + urls["decode"]),
-                                    pd_urls=(tuple(urls["prefill"]), tuple(urls["decode"]))))
+        instances += render_pd_engines(pd, spec, pool, address="127.0.0.1", first_port=spec.port + 1 + len(instances))
+    prefill = tuple(base_url(i.record.host, i.record.port) for i in instances if i.record.pd_role == "prefill")
+    decode = tuple(base_url(i.record.host, i.record.port) for i in instances if i.record.pd_role == "decode")
+    instances.append(render_pd_router(pd, spec, [i.record for i in instances], prefill, decode))
     return instances
+
+
+def pd_shared_path(pd: DisaggregatedPlan, spec: LaunchSpec) -> str | None:
+    """The ExampleConnector's directory: the producer writes each prompt's KV there, the consumer reads it (a state
+    directory of every engine's unit; over a group it must be one shared file system, e.g. NFS, on every host)."""
+    return str(spec.service_data_root / f"npuops-{spec.name}-kv") if pd.connector == EXAMPLE_CONNECTOR else None
+
+
+def render_pd_engines(pd: DisaggregatedPlan, spec: LaunchSpec, pool: PdPool, *, address: str, first_port: int,
+                      host_index: int = 0, extras: InstanceExtras | None = None) -> list[InstanceFiles]:
+    """One host's engines of a pool (`host_index`: which of the pool's hosts, over a group), on `address` from
+    `first_port`, each with its kv_transfer_config, behind the instance's router."""
+    extras = extras or InstanceExtras()
+    shared = pd_shared_path(pd, spec)
+    plan = pool.plan
+    model_arg = _model_argument(plan)
+    out = []
+    per_host = len(plan.replicas)
+    for index, replica in enumerate(plan.replicas):
+        name = pd_engine_name(spec.name, pool.role, host_index * per_host + index)
+        ports = pool.kv_ports[index]
+        server = replace(plan.server, model=model_arg, host=address, port=first_port + index,
+                         kv_transfer_config=pd.transfer_config(pool, index, shared))
+        record = replace(_record(plan, spec, extras, server, name, replica.devices), behind=spec.name,
+                         pd_role=pool.role, kv_connector=pd.connector,
+                         kv_port=None if shared else ports.start, kv_port_span=0 if shared else len(ports),
+                         kv_shared_path=shared)
+        config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
+            "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
+            FILE_MODES[CONFIG_FILE])
+        out.append(_render_files(record, spec, config, _environment(plan, spec, extras, replica),
+                                 _unit_variables(record, spec, extras)))
+    return out
+
+
+def render_pd_router(pd: DisaggregatedPlan, spec: LaunchSpec, engines: Sequence[InstanceRecord],
+                     prefill: tuple[str, ...], decode: tuple[str, ...]) -> InstanceFiles:
+    """vllm-router in PD mode in front of every engine (`engines`: this host's, which its unit waits for)."""
+    router = RouterOptions(policy=pd.colocated.options.router_policy or DEFAULT_POLICY)
+    return _render_router(router, spec, engines, prefill + decode, pd_urls=(prefill, decode))
 
 
 def _render_router(router: RouterOptions, spec: LaunchSpec, replicas: Sequence[InstanceRecord],

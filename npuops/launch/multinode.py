@@ -38,9 +38,13 @@ from npuops.launch.instance_files import (
     LaunchSpec,
     device_allow,
     render_instances,
+    render_pd_engines,
+    render_pd_router,
+    replica_set,
 )
 from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
+from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
 from npuops.plan.router import RouterOptions
 
@@ -273,5 +277,43 @@ def render_replica_group(plan: Plan, router: RouterOptions, spec: LaunchSpec, ho
         instances = render_instances(plan, spec, InstanceExtras(env_files=env_files), routing)
         files = tuple(f for i in instances for f in _placed(i.record, i.files, unit_dir))
         parts.append(HostPart(host, rank, "router" if rank == 0 else "replicas", instances[-1].record, files,
+                              tuple(i.unit_name for i in instances if i.unit_name)))
+    return parts
+
+
+def render_pd_group(pd: DisaggregatedPlan, spec: LaunchSpec, hosts: Sequence[ClusterHost], *, unit_dir: Path,
+                    env_files: tuple[Path, ...] = ()) -> list[HostPart]:
+    """`launch --pd P:D -i INVENTORY --group GROUP`: the first P hosts run the prefill pool's engines, the next D
+    the decode pool's, each on its serving address on the ports after --port; the first host also runs vllm-router
+    in PD mode in front of all of them. Pure."""
+    wanted = pd.shape.prefill + pd.shape.decode
+    if len(hosts) != wanted:
+        raise BadInputError(f"--pd {pd.shape} over a group runs one pool per host: {wanted} hosts, but the group "
+                            f"has {len(hosts)}",
+                            f"use --pd P:D with P + D = {len(hosts)} (the first P hosts prefill, the rest decode)")
+    addresses = [h.address for h in hosts]
+    if len(set(addresses)) != len(addresses):
+        raise BadInputError(f"the group's hosts or addresses repeat ({', '.join(addresses)})",
+                            "give every host of the group its own address (ansible_host)")
+    engines_of: list[list[Any]] = []
+    for rank, host in enumerate(hosts):
+        pool = pd.prefill if rank < pd.shape.prefill else pd.decode
+        host_index = rank if rank < pd.shape.prefill else rank - pd.shape.prefill
+        # The address a connector gives its peers (vLLM's get_ip(): VLLM_HOST_IP before the default route's).
+        extras = InstanceExtras(env_files=env_files, environment={"VLLM_HOST_IP": host.address})
+        engines_of.append(render_pd_engines(pd, spec, pool, address=host.address, first_port=spec.port + 1,
+                                            host_index=host_index, extras=extras))
+    urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+    for engines in engines_of:
+        for engine in engines:
+            urls[str(engine.record.pd_role)].append(base_url(engine.record.host, engine.record.port))
+    parts = []
+    for rank, (host, engines) in enumerate(zip(hosts, engines_of, strict=True)):
+        records = [e.record for e in engines]
+        own = (render_pd_router(pd, spec, records, tuple(urls["prefill"]), tuple(urls["decode"])) if rank == 0
+               else replica_set(spec, records, host.address))
+        instances = [*engines, own]
+        files = tuple(f for i in instances for f in _placed(i.record, i.files, unit_dir))
+        parts.append(HostPart(host, rank, "router" if rank == 0 else "replicas", own.record, files,
                               tuple(i.unit_name for i in instances if i.unit_name)))
     return parts

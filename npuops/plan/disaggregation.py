@@ -35,7 +35,14 @@ from npuops.plan.constants import PerfConstants, perf_constants
 from npuops.plan.environment import EnvSetting
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.model import ModelSpec
-from npuops.plan.performance import CalibrationFactors, PerfInputs, Prediction, decode_step_s, prefill_s
+from npuops.plan.performance import (
+    CalibrationFactors,
+    PerfInputs,
+    Prediction,
+    decode_step_s,
+    predict,
+    prefill_s,
+)
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
 from npuops.plan.rules import Replica
@@ -124,12 +131,14 @@ class PdPool:
     """One pool: its engines' plan (their options, memory and layout on the pool's share of the chips)."""
 
     role: str  # "prefill" | "decode"
-    plan: Plan
-    kv_ports: tuple[range, ...]  # per engine of the pool
+    plan: Plan  # its engines on one node (over a group: on each of its hosts)
+    kv_ports: tuple[range, ...]  # per engine of one node
+    hosts: int = 0  # over an inventory group: the hosts the pool runs on (0: this node's share of the chips)
 
     @property
     def count(self) -> int:
-        return len(self.plan.replicas)
+        """The pool's engines in all."""
+        return len(self.plan.replicas) * max(self.hosts, 1)
 
     @property
     def tp(self) -> int:
@@ -141,7 +150,7 @@ class PdPool:
 
     def to_json(self) -> dict[str, Any]:
         plan = self.plan
-        return {"role": self.role, "engines": self.count, "tensor_parallel_size": self.tp,
+        return {"role": self.role, "engines": self.count, "hosts": self.hosts, "tensor_parallel_size": self.tp,
                 "replicas": [r.as_dict() for r in plan.replicas], "config": plan.config,
                 "memory": plan.to_json()["memory"], "kv_ports": [[r.start, r.stop - 1] for r in self.kv_ports],
                 "env": plan.env, "prediction_alone": plan.prediction.as_dict()}
@@ -247,7 +256,7 @@ def _bind_cores(replicas: tuple[Replica, ...], first_core: int, cores: int) -> t
 
 # --- the pools ---------------------------------------------------------------------------------------------------
 
-def _pool_options(options: PlanOptions, *, replicas: int, speculative: str | None, max_model_len: int | None,
+def _pool_options(options: PlanOptions, *, replicas: int | None, speculative: str | None, max_model_len: int | None,
                   tp: int | None) -> PlanOptions:
     fixed = dict(options.server.fixed())
     if max_model_len is not None:
@@ -290,12 +299,13 @@ def _prefill_speculative(decode: Plan) -> str | None:
     return f"{spec.method}:1" if spec.draft_layers and not spec.draft_model else "none"
 
 
-def _pd_environment(target: HardwareTarget) -> tuple[EnvSetting, ...]:
+def _pd_environment(target: HardwareTarget, shared_host: bool) -> tuple[EnvSetting, ...]:
     if target.kind != "npu":
         return ()
     settings = [EnvSetting("HCCL_INTRA_ROCE_ENABLE", "1",
                            "the prefill and decode engines share this host: their KV transfers must take the NPU "
-                           "RoCE ports Mooncake drives, not the intra-node links (ascend-facts §9)", None)]
+                           "RoCE ports Mooncake drives, not the intra-node links (ascend-facts §9)", None)
+                ] if shared_host else []
     if target.family == "A3":
         settings.append(EnvSetting("ASCEND_A3_ENABLE", "1",
                                    "Mooncake's Ascend transport on an A3 superpod node (vllm-ascend's PD tutorials)",
@@ -346,7 +356,9 @@ def predict_pd(prefill: PerfInputs, decode: PerfInputs, c: PerfConstants | None 
     move = transfer_s(decode, c)
     if recompute > 1:
         move += prefill_s(replace(decode, input_len=recompute), c) * factors.ttft
-    per_decoder = max(decode.concurrency, 1) / max(decode.replicas, 1)
+    # As in a co-located closed loop: with fewer requests in flight than decode engines, only as many are busy.
+    busy = float(min(max(decode.replicas, 1), max(decode.concurrency, 1)))
+    per_decoder = max(decode.concurrency, 1) / busy
     slots = min(float(decode.max_num_seqs), decode.kv_cache_tokens / max(decode.input_len + decode.output_len, 1))
     running = max(1.0, min(per_decoder, slots))
     step, _bound = decode_step_s(decode, running, c, factors.step, interleave=False)
@@ -354,7 +366,7 @@ def predict_pd(prefill: PerfInputs, decode: PerfInputs, c: PerfConstants | None 
     # KV and computes the first token in its next step: two requests' overheads, the prompt, the move, a step.
     ttft = 2 * overhead + one_prompt + move + step
     e2e = ttft + max(decode.output_len - 1, 0) * step
-    decode_rate = max(decode.replicas, 1) * running * decode.output_len / e2e * factors.throughput
+    decode_rate = busy * running * decode.output_len / e2e * factors.throughput
     # The prefill pool serves prompts one step each (many prompts of one step share the weights' pass).
     prefill_rate = max(prefill.replicas, 1) / (one_prompt + overhead) * decode.output_len
     bound = prefill_rate < decode_rate
@@ -420,7 +432,42 @@ def plan_pools(model: ModelSpec, target: HardwareTarget, workload: Workload, opt
     pd = DisaggregatedPlan(shape=shape, prefill=prefill, decode=decode,
                            connector=connector, colocated=colocated,
                            prediction=prediction, verdict=_verdict(prediction, colocated.prediction, shape),
-                           env_settings=_pd_environment(target), asked=asked or str(shape))
+                           env_settings=_pd_environment(target, shared_host=True), asked=asked or str(shape))
+    return replace(pd, prefill=_with_connector(prefill, pd), decode=_with_connector(decode, pd))
+
+
+def plan_pools_over_hosts(model: ModelSpec, node: HardwareTarget, workload: Workload, options: PlanOptions,
+                          shape: PdShape, calibration: CalibrationChoice = UNCALIBRATED, kv_port: int | None = None
+                          ) -> DisaggregatedPlan:
+    """Over an inventory group of P + D identical hosts: the first P hosts run the prefill pool, the next D the decode
+    pool, each host its pool's one-node plan (the planner's engines on its chips, or one engine on its cores); the
+    co-located plan to compare with is the one-node plan on every host (`--multinode replicas`)."""
+    if options.replicas is not None:
+        raise BadInputError("--dp and --pd both say how many engines run", "give --pd P:D alone")
+    npu = node.kind == "npu"
+    colocated = make_plan(model, node, workload, options, calibration)
+    decode_plan = make_plan(model, node, workload, _pool_options(
+        options, replicas=None, speculative=options.speculative, max_model_len=None, tp=None), calibration)
+    prefill_plan = make_plan(model, node, replace(workload, output_len=1, objective="latency"), _pool_options(
+        options, replicas=None, speculative=_prefill_speculative(decode_plan),
+        max_model_len=decode_plan.server_int("max_model_len"), tp=None), calibration)
+    # Each host has its own port space: a pool's engines on one host take consecutive ranges.
+    pools = []
+    for role, plan, hosts in (("prefill", prefill_plan, shape.prefill), ("decode", decode_plan, shape.decode)):
+        ranges = kv_port_ranges([plan.layout.chips for _ in plan.replicas], node.devices_per_node, kv_port, npu)
+        pools.append(PdPool(role, plan, tuple(ranges), hosts))
+    prefill, decode = pools
+    connector = MOONCAKE_CONNECTOR if npu else EXAMPLE_CONNECTOR
+    # The whole pools: every host's engines, the group's concurrency over the decode hosts' engines.
+    prefill_perf = replace(prefill_plan.perf, replicas=prefill.count)
+    decode_perf = replace(decode_plan.perf, replicas=decode.count, concurrency=workload.concurrency)
+    everywhere = replace(colocated.perf, replicas=len(colocated.replicas) * (shape.prefill + shape.decode))
+    colocated = replace(colocated, perf=everywhere, prediction=predict(everywhere, factors=calibration.factors))
+    prediction = predict_pd(prefill_perf, decode_perf, recompute=recomputed_tokens(
+        workload.input_len, decode_plan.server_int("block_size"), connector), factors=calibration.factors)
+    pd = DisaggregatedPlan(shape=shape, prefill=prefill, decode=decode, connector=connector, colocated=colocated,
+                           prediction=prediction, verdict=_verdict(prediction, colocated.prediction, shape),
+                           env_settings=_pd_environment(node, shared_host=False), asked=str(shape))
     return replace(pd, prefill=_with_connector(prefill, pd), decode=_with_connector(decode, pd))
 
 

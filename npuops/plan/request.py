@@ -7,6 +7,8 @@ first host's node model instead, so a plan for a serving group is built the same
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from npuops.errors import EnvironmentMissingError
 from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.node import Node, discover_node
@@ -14,7 +16,7 @@ from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import read_python_stack
 from npuops.plan.calibration import CalibrationChoice, CalibrationStore
 from npuops.plan.catalog import load_model
-from npuops.plan.disaggregation import DisaggregatedPlan, plan_disaggregated
+from npuops.plan.disaggregation import DisaggregatedPlan, parse_pd, plan_disaggregated, plan_pools_over_hosts
 from npuops.plan.inputs import PlanRequest
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
@@ -78,7 +80,34 @@ def plan_pd_request(settings: Settings, request: PlanRequest, *, target: Hardwar
     """`--pd P:D|auto`: the disaggregated plan (None where auto keeps the co-located one), the co-located plan on
     the same chips, and why."""
     assert request.pd is not None
+    if request.nodes > 1:
+        # P + D identical nodes, one pool per node: what `launch --pd P:D -i INVENTORY --group GROUP` runs.
+        one = replace(request, nodes=1)
+        shape = parse_pd(request.pd)
+        if shape is not None and shape.prefill + shape.decode != request.nodes:
+            from npuops.errors import BadInputError
+
+            raise BadInputError(f"--pd {shape} over nodes runs one pool per node: {shape.prefill + shape.decode} "
+                                f"nodes, not {request.nodes}", f"use --nodes {shape.prefill + shape.decode}, or "
+                                "drop --nodes to split one node's chips")
+        pd, why = plan_pd_over_hosts(settings, one, target=target or resolve_target(settings, one))
+        return pd, pd.colocated, why
     model = load_model(request.model, request.quantization)
     target = target or resolve_target(settings, request)
     return plan_disaggregated(model, target, request.workload, request.options, request.pd,
                               node_calibration(settings, target, ignore=request.no_calibration), request.kv_port)
+
+
+def plan_pd_over_hosts(settings: Settings, request: PlanRequest, *, target: HardwareTarget
+                       ) -> tuple[DisaggregatedPlan, str]:
+    """`launch --pd P:D -i INVENTORY --group GROUP`: the pools over the group's hosts (`target`: one host's)."""
+    assert request.pd is not None
+    shape = parse_pd(request.pd)
+    if shape is None:
+        from npuops.errors import BadInputError
+
+        raise BadInputError("--pd auto plans one node's split", "give the group's split: --pd P:D with P + D hosts")
+    model = load_model(request.model, request.quantization)
+    pd = plan_pools_over_hosts(model, target, request.workload, request.options, shape,
+                               node_calibration(settings, target, ignore=request.no_calibration), request.kv_port)
+    return pd, pd.verdict

@@ -102,13 +102,16 @@ def render_pd_text(pd: DisaggregatedPlan, why: str) -> str:
     the co-located plan's."""
     data = pd.to_json()
     colocated = pd.colocated
-    out = [f"Disaggregated plan {pd.shape} for {colocated.model.served_name} on {colocated.target.label}",
-           f"  {why}", ""]
+    hosts = pd.prefill.hosts + pd.decode.hosts
+    where = (f"{hosts} x {colocated.target.label} (the first {pd.prefill.hosts} prefill, the rest decode)" if hosts
+             else colocated.target.label)
+    out = [f"Disaggregated plan {pd.shape} for {colocated.model.served_name} on {where}", f"  {why}", ""]
     for pool in pd.pools:
         plan = pool.plan
         s = plan.server
         spec = s.speculative_config
-        out.append(f"{pool.role} pool: {pool.count} engine(s) of TP {pool.tp} ({pool.kv_role})")
+        per_host = f", {len(plan.replicas)} on each of {pool.hosts} host(s)" if pool.hosts else ""
+        out.append(f"{pool.role} pool: {pool.count} engine(s) of TP {pool.tp}{per_host} ({pool.kv_role})")
         for replica, ports in zip(plan.replicas, pool.kv_ports, strict=True):
             where = (f"ASCEND_RT_VISIBLE_DEVICES={replica.visible_devices}" if replica.devices else
                      f"VLLM_CPU_OMP_THREADS_BIND={replica.cpus}" if replica.cpus else "the host's CPUs")

@@ -146,7 +146,7 @@ def test_the_pair_is_bound_by_prefill_when_one_engine_prefills_for_many_decoders
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "1:1", "--kv-port", "20500"], "AscendDirectTransport"),
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--kv-port", "30000"], "--kv-port is for a disaggregated plan"),
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "one"], "is not P:D"),
-    (["plan", "qwen3-32b", "--hardware", "910B3x8", "--nodes", "2", "--pd", "1:1"], "--pd plans one node"),
+    (["plan", "qwen3-32b", "--hardware", "910B3x8", "--nodes", "3", "--pd", "1:1"], "one pool per node: 2 nodes"),
     (["plan", "qwen3-32b", "--hardware", "910B3x8", "--pd", "1:1", "--dp", "2"], "--dp and --pd"),
 ])
 def test_refusals_are_one_line_with_the_fix(argv: list[str], problem: str) -> None:
@@ -194,7 +194,7 @@ def test_launch_pd_dry_run_renders_both_pools_and_the_pd_router(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("extra", "problem"), [
-    (["--foreground"], "--pd launches the prefill and decode engines of one node as services"),
+    (["--foreground"], "--pd launches prefill and decode engines as services behind a PD router"),
     (["--kv-port", "30000", "--pd", "none"], "--pd 'none' is not P:D"),
 ])
 def test_launch_pd_refusals(tmp_path: Path, extra: list[str], problem: str) -> None:

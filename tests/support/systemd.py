@@ -77,6 +77,9 @@ class RealSystemd:
     _watcher: threading.Thread | None = field(default=None, repr=False)
     _stopping: bool = field(default=False, repr=False)
     _mounted: bool = field(default=False, repr=False)
+    # Directories of this machine bind-mounted into the namespace (path inside -> directory here): one file system
+    # several test hosts share, as an NFS mount is on a real group.
+    binds: dict[str, Path] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -111,6 +114,10 @@ class RealSystemd:
         (upper / "work").mkdir()
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir=/,upperdir={upper}/upper,workdir={upper}/work", str(self.root)], check=True)
+        for inside, source in self.binds.items():
+            target = self.root / inside.lstrip("/")
+            target.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
 
     def boot(self) -> None:
         """Boot systemd (the overlay is made on the first boot and kept across reboots) and wait until it runs."""
@@ -215,7 +222,8 @@ class RealSystemd:
         if self._watcher is not None:
             self._watcher.join(timeout=BOOT_TIMEOUT_S)
         self._poweroff()
-        for mount in (self.root, self.base / "up"):
+        binds = [self.root / inside.lstrip("/") for inside in self.binds]
+        for mount in (*binds, self.root, self.base / "up"):
             subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
         if self._console is not None:
             self._console.close()  # type: ignore[attr-defined]

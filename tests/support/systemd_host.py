@@ -89,10 +89,11 @@ class SystemdSshHost:
     address: str
     namespace: str  # the network namespace; its veth to the fleet's bridge has the same name on this side
     key: Path
+    binds: dict[str, Path] = field(default_factory=dict)  # shared directories (RealSystemd.binds)
     systemd: RealSystemd = field(init=False)
 
     def boot(self) -> None:
-        self.systemd = RealSystemd(self.base / "systemd", netns=self.namespace)
+        self.systemd = RealSystemd(self.base / "systemd", netns=self.namespace, binds=dict(self.binds))
         self.systemd.mount()
         self._install_sshd()
         self.systemd.boot()
@@ -148,6 +149,8 @@ class SystemdFleet:
     base: Path
     size: int = 1
     hosts: list[SystemdSshHost] = field(default_factory=list)
+    # Directories every host mounts at the same path (path inside -> directory here), as a group shares NFS.
+    shared: dict[str, Path] = field(default_factory=dict)
     slot: int = -1
     _lock_fd: int | None = None
 
@@ -170,7 +173,8 @@ class SystemdFleet:
         for index in range(1, self.size + 1):
             namespace = f"npsd{self.slot}-h{index}"
             host = SystemdSshHost(self.base / f"h{index}", f"npuops-test-sd{index}",
-                                  str(subnet.network_address + 10 + index), namespace, self.key)
+                                  str(subnet.network_address + 10 + index), namespace, self.key,
+                                  binds=dict(self.shared))
             self.hosts.append(host)
             _ip("netns", "add", namespace)
             _ip("link", "add", namespace, "type", "veth", "peer", "name", "eth0", "netns", namespace)

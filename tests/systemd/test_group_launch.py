@@ -31,6 +31,7 @@ from tests.support.systemd_host import SystemdFleet
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
 
 NAME = "dp"
+PD_NAME = "pdg"
 PLAN_FLAGS = ("--hardware", "cpu", "--multinode", "dp", "--dtype", "float32", "--max-model-len", "512",
               "--input-len", "256", "--output-len", "64", "--enforce-eager",
               "--kv-cache-memory-bytes", str(256 * 2**20))
@@ -61,7 +62,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SystemdFleet]:
     if reason is not None:
         pytest.skip(reason)
     engine_python = engine_python_or_skip()
-    hosts = SystemdFleet(tmp_path_factory.mktemp("systemd-fleet"), size=2).start()
+    # The PD instance's ExampleConnector directory, one file system on both hosts (as NFS would be on a real group).
+    shared = tmp_path_factory.mktemp("pd-kv")
+    hosts = SystemdFleet(tmp_path_factory.mktemp("systemd-fleet"), size=2,
+                         shared={f"/var/lib/npuops-{PD_NAME}-kv": shared}).start()
     try:
         for host in hosts.hosts:
             host.systemd.check(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
@@ -205,3 +209,62 @@ def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFle
     stopped = json.loads(out)
     assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
     assert first.systemd.unit_property(router_unit, "ActiveState") in ("inactive", "failed")
+
+
+PD_COMPLETION = (
+    "import json, sys, urllib.request\n"
+    "opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
+    "body = json.dumps({'model': sys.argv[2], 'prompt': ' '.join(['the quick brown fox jumps over the lazy dog'] * 8),"
+    " 'max_tokens': 8, 'temperature': 0}).encode()\n"
+    "request = urllib.request.Request(sys.argv[1] + '/v1/completions', data=body,"
+    " headers={'Content-Type': 'application/json'})\n"
+    "print(json.dumps(json.loads(opener.open(request, timeout=120).read())['usage']))\n")
+
+
+def test_pd_prefill_on_one_host_decode_on_the_other_behind_the_first_hosts_router(fleet: SystemdFleet, model: Path,
+                                                                                  tmp_path: Path) -> None:
+    """`--pd 1:1` over the group: the first host's prefill engine, the second host's decode engine, the PD router on
+    the first host; the decode engine loads the prompt's KV the prefill engine wrote to the shared directory."""
+    engine_python = engine_python_or_skip()
+    venv = engine_python.parent.parent
+    first, second = fleet.hosts
+    inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
+    artifacts = tmp_path / "artifacts"
+    flags = [f for f in PLAN_FLAGS if f not in ("--multinode", "dp")]
+    rc, out, err = npuops("launch", str(model), *flags, "--pd", "1:1", "--name", PD_NAME, "--port", "8700", "-i",
+                          str(inventory), "--group", "fleet", "--vllm", str(venv / "bin" / "vllm"), "--artifacts",
+                          str(artifacts), "--json", timeout=900)
+    try:
+        assert out.strip(), err[-3000:]
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert report["strategy"] == "pd"
+        assert first.systemd.unit_property(f"npuops-{PD_NAME}-p0.service", "ActiveState") == "active"
+        assert second.systemd.unit_property(f"npuops-{PD_NAME}-d0.service", "ActiveState") == "active"
+        argv = json.loads((first.systemd.root / f"etc/npuops/{PD_NAME}/router.json").read_text())["argv"]
+        assert argv[:5] == ["--vllm-pd-disaggregation", "--prefill", f"http://{first.address}:8701", "--decode",
+                            f"http://{second.address}:8701"], argv
+        decode_url = f"http://{second.address}:8701"
+
+        def loaded() -> float:
+            text = second.systemd.check([str(engine_python), "-c", METRICS_SCRIPT, decode_url])
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("vllm:external_prefix_cache_hits_total{"))
+
+        before = loaded()
+        endpoint = report["endpoint"]
+        done = first.systemd.run([str(engine_python), "-c", PD_COMPLETION, endpoint["url"], endpoint["model"]],
+                                 timeout=180)
+        assert done.returncode == 0, done
+        usage = json.loads(done.stdout)
+        assert usage["completion_tokens"] == 8 and usage["prompt_tokens"] > 129, usage
+        assert loaded() - before >= 128
+        rc, view = npuops_status(inventory, artifacts, PD_NAME)
+        assert rc == 0 and view["ok"], view
+        pools = {p["name"]: p.get("pd_role") for h in view["hosts"].values() for p in h["instance"].get("parts", [])}
+        assert pools == {f"{PD_NAME}-p0": "prefill", f"{PD_NAME}-d0": "decode"}, view
+    finally:
+        rc, out, err = npuops("stop", PD_NAME, "-i", str(inventory), "--group", "fleet", "--artifacts",
+                              str(artifacts), "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
