@@ -78,6 +78,8 @@ def engine_figures(now: Sequence[Sample], before: Sequence[Sample] | None = None
         "prompt_tokens_total": _sum(now, "vllm:prompt_tokens_total"),
         "generation_tokens_total": _sum(now, "vllm:generation_tokens_total"),
         "requests_finished_total": _sum(now, "vllm:request_success_total"),
+        # A PD decode engine: prompt tokens whose KV it loaded from a prefill engine (its KV connector's hits).
+        "external_kv_tokens_total": _sum(now, "vllm:external_prefix_cache_hits_total"),
     }
     for key, family in (("ttft_s", "vllm:time_to_first_token_seconds"), ("itl_s", "vllm:inter_token_latency_seconds")):
         buckets = _buckets(now, family)

@@ -397,6 +397,8 @@ def _router_lines(status: InstanceStatus) -> list[str]:
         figures = part.metrics or {}
         restarts = part.unit_state.restarts if part.unit_state is not None else None
         kv = f"KV {_fmt(figures.get('kv_cache_usage'), 100, '%')}, {restarts or 0} restart(s)"
+        if part.pd_role == "decode":
+            kv += f", {_fmt(figures.get('external_kv_tokens_total'), digits=0)} prompt token(s) loaded from prefill"
         if status.role != ROLE_ROUTER:  # the router that knows what it sends where is on another host
             lines.append(f"  {part.name:<9} {part.state} on {part.url}: {kv}")
             continue

@@ -279,6 +279,8 @@ def test_engine_figures_of_the_fixture() -> None:
     assert figures["generation_tokens_total"] == _fixture_sum("vllm:generation_tokens_total") == 88.0
     assert figures["prompt_tokens_total"] == _fixture_sum("vllm:prompt_tokens_total") == 22.0
     assert figures["requests_finished_total"] == _fixture_sum("vllm:request_success_total") == 6.0
+    # A co-located engine's connector-less counter: present in vLLM 0.32's /metrics, and nothing loaded.
+    assert figures["external_kv_tokens_total"] == _fixture_sum("vllm:external_prefix_cache_hits_total") == 0.0
     assert figures["requests_running"] == 0.0
     assert figures["requests_waiting"] == 0.0
     assert figures["kv_cache_usage"] == 0.0

@@ -115,6 +115,8 @@ def test_status_shows_both_pools(serving_node: ServingNode, port: int) -> None:
     assert pools == {f"{NAME}-p0": "prefill", f"{NAME}-d0": "decode"}, pools
     text = serving_node.npuops("status", NAME).stdout
     assert f"{NAME}-p0" in text and "prefill healthy" in text and "decode healthy" in text, text
+    loaded = re.search(r"(\d+) prompt token\(s\) loaded from prefill", text)
+    assert loaded and int(loaded.group(1)) >= 128, text
 
 
 def test_a_killed_decode_engine_is_restarted_while_the_endpoint_reports_it(serving_node: ServingNode,
