@@ -138,7 +138,8 @@ def _launch_refused(tmp_path: Path, root: Path, systemctl: Path) -> None:
 # --- which checks the gate runs --------------------------------------------------------------------------------------
 
 # What the gate ran before its checks were selected by tag (its id lists then): the selection must not lose one.
-INSTANCE_CHECKS = {"engine-executable", "model-directory", "port-free", "ray-cluster"}
+INSTANCE_CHECKS = {"engine-executable", "model-directory", "port-free", "ray-cluster", "pd-kv-ports", "pd-mooncake",
+                   "pd-npu-nics"}
 HOST_GATE = {"shm-size", "free-memory"} | INSTANCE_CHECKS
 NPU_GATE = HOST_GATE | {
     "driver-installed", "npu-smi-runs", "device-nodes", "chip-health", "chip-temperature", "hbm-free",

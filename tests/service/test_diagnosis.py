@@ -105,6 +105,22 @@ SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
                              "--tags python` installs it into the serving venv",),
     "router-config-unreadable": ("npuops router: cannot read /etc/npuops/m/router.json: No such file or directory; "
                                  "fix: re-create the instance with `npuops launch`",),
+    # vllm-ascend's Mooncake connectors (the messages of their source, as the engine log prints them).
+    "mooncake-not-installed": ("ImportError: Please install mooncake by following the instructions at "
+                               "https://github.com/kvcache-ai/Mooncake/blob/main/doc/en/build.md to run vLLM with "
+                               "MooncakeConnector.",),
+    "mooncake-engine-init": ("RuntimeError: TransferEngine initialization failed with ret_value: -1",
+                             "RuntimeError: Mooncake memory registration failed."),
+    "mooncake-kv-thread": ("RuntimeError: Timeout waiting for KV Cache thread to be ready.",
+                           "RuntimeError: KV Cache sending/receiving thread failed to start."),
+    "mooncake-transfer-failed": (
+        "(EngineCore_DP0 pid=2211) ERROR 12-02 10:01:02 [mooncake_connector.py:1012] Mooncake transfer failed for "
+        "request. remote_request_id=cmpl-5f2, ret=-1. ",
+        "RuntimeError: Mooncake transfer failed, ret: -1"),
+    "mooncake-request-expired": (
+        "(EngineCore_DP0 pid=2211) ERROR 12-02 10:01:02 [mooncake_connector.py:235] Force freed expired request: "
+        "cmpl-5f2. Reason: Request exceeded timeout threshold (480 seconds). Action: Resources have been forcibly "
+        "released to prevent memory leak.",),
     "shm-too-small": (
         "Bus error (core dumped)",
         "OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b3c4d'",
