@@ -24,27 +24,16 @@ from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.support.paths import REPO
+from tests.support.vllm_args import PARSE_PRELUDE
 
 pytestmark = [pytest.mark.engine]
 
 # Parses each (model, config) like `vllm serve MODEL --config FILE`, builds EngineArgs, and (when asked) the
 # engine config; prints what vLLM understood.
-PARSE_SCRIPT = r"""
-import argparse, json, sys
-from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-
+PARSE_SCRIPT = PARSE_PRELUDE + r"""
 out = []
 for model, config, build in json.loads(sys.argv[1]):
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(subparsers)
-    args = parser.parse_args(["serve", model, "--config", config])
-    # What `vllm serve` itself does with the positional (vllm/entrypoints/cli/serve.py, cmd()).
-    if getattr(args, "model_tag", None):
-        args.model = args.model_tag
-    engine = AsyncEngineArgs.from_cli_args(args)
+    args, engine = engine_args(model, config)
     entry = {k: getattr(engine, k) for k in (
         "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local",
         "data_parallel_address", "data_parallel_rpc_port", "data_parallel_start_rank", "enable_expert_parallel",

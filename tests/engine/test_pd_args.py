@@ -19,24 +19,14 @@ from npuops.plan.disaggregation import plan_disaggregated
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.target import parse_hardware_spec
 from tests.support.paths import REPO
+from tests.support.vllm_args import PARSE_PRELUDE
 
 pytestmark = [pytest.mark.engine]
 
-PARSE_SCRIPT = r"""
-import json, sys
-from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-
+PARSE_SCRIPT = PARSE_PRELUDE + r"""
 out = []
 for model, config in json.loads(sys.argv[1]):
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(subparsers)
-    args = parser.parse_args(["serve", model, "--config", config])
-    if getattr(args, "model_tag", None):
-        args.model = args.model_tag
-    engine = AsyncEngineArgs.from_cli_args(args)
+    args, engine = engine_args(model, config)
     kv = engine.kv_transfer_config
     out.append({"kv_connector": kv.kv_connector, "kv_role": kv.kv_role, "kv_port": kv.kv_port,
                 "is_producer": kv.is_kv_producer, "is_consumer": kv.is_kv_consumer,

@@ -24,24 +24,14 @@ from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
 from tests.support.engine import HEALTH_TIMEOUT_S, start_engine
 from tests.support.paths import REPO
+from tests.support.vllm_args import PARSE_PRELUDE
 
 pytestmark = [pytest.mark.engine]
 
-PARSE_SCRIPT = r"""
-import json, sys
-from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-
+PARSE_SCRIPT = PARSE_PRELUDE + r"""
 out = []
 for model, config in json.loads(sys.argv[1]):
-    parser = FlexibleArgumentParser(prog="vllm")
-    subparsers = parser.add_subparsers(dest="subparser")
-    ServeSubcommand().subparser_init(subparsers)
-    args = parser.parse_args(["serve", model, "--config", config])
-    if getattr(args, "model_tag", None):  # what `vllm serve` does with the positional (cli/serve.py, cmd())
-        args.model = args.model_tag
-    engine = AsyncEngineArgs.from_cli_args(args)
+    _args, engine = engine_args(model, config)
     comp = engine.compilation_config
     out.append({"speculative_config": engine.speculative_config, "additional_config": engine.additional_config,
                 "quantization": engine.quantization,

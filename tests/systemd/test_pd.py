@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
 import urllib.request
 from typing import Any
 
@@ -25,6 +24,7 @@ from npuops.instance.control import port_taken
 from tests.support.http_server import free_port
 from tests.support.systemd import ServingNode
 from tests.systemd.test_lifecycle import status, wait_for
+from tests.systemd.test_router import _request
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
 
@@ -35,17 +35,8 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 LONG_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 8)
 
 
-def _complete(port: int, prompt: str, tokens: int = 8) -> tuple[int, dict[str, Any]]:
-    body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": tokens, "temperature": 0}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with DIRECT.open(request, timeout=120) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, {}
-    except OSError as exc:
-        return 0, {"error": str(exc)}
+def _complete(port: int, prompt: str) -> tuple[int, dict[str, Any]]:
+    return _request(port, prompt, key=None)
 
 
 def _counter(port: int, name: str, labels: str = "") -> float:
