@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from npuops.datafiles import load_data_toml
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Result, Severity, Status
 from npuops.instance.control import port_taken
@@ -25,7 +26,7 @@ from .network import HccnLinkUp, HccnNetHealthy
 _MOONCAKE_PROBE = """
 import importlib, importlib.metadata as md, json
 out = {"versions": {}}
-for dist in ("mooncake-transfer-engine-npu", "mooncake-transfer-engine"):
+for dist in ("mooncake-transfer-engine-npu", "mooncake-transfer-engine", "vllm-ascend"):
     try:
         out["versions"][dist] = md.version(dist)
     except md.PackageNotFoundError:
@@ -38,6 +39,17 @@ except Exception as exc:
 print(json.dumps(out))
 """
 MOONCAKE_PACKAGE = "mooncake-transfer-engine-npu"
+
+
+def expected_mooncake(release: str | None) -> str | None:
+    """The Mooncake version of a vllm-ascend release's compatibility row, where its sources name one."""
+    if release is None:
+        return None
+    for row in load_data_toml("compat.toml")["stack"]:
+        if row["vllm_ascend"] == release or release.startswith(f"{row['vllm_ascend']}.post"):
+            wanted = row.get("mooncake")
+            return str(wanted) if wanted else None
+    return None
 
 
 def _not_pd(record: InstanceRecord) -> Result:
@@ -107,8 +119,17 @@ class PdMooncakeInstalled(InstanceCheck):
                                f"install it into the serving venv: `{Path(python).parent}/pip install "
                                f"{MOONCAKE_PACKAGE}==<the release's version>` (vllm-ascend v0.23.0: 0.3.11.post1)",
                                versions=versions, python=python)
+        release = versions.pop("vllm-ascend", None)
         listed = ", ".join(f"{d} {v}" for d, v in versions.items()) or "imported (no distribution metadata)"
-        return Result.passed(f"Mooncake in the serving venv: {listed}", versions=versions, python=python)
+        wanted = expected_mooncake(release)
+        have = versions.get(MOONCAKE_PACKAGE) or versions.get("mooncake-transfer-engine")
+        evidence = {"versions": versions, "python": python, "vllm_ascend": release, "expected": wanted}
+        if wanted is not None and have is not None and have != wanted:
+            return Result.warn(f"the serving venv has Mooncake {have}; vllm-ascend {release} is built against "
+                               f"{wanted}", f"install {MOONCAKE_PACKAGE}=={wanted} into the serving venv "
+                               f"(`{Path(python).parent}/pip install {MOONCAKE_PACKAGE}=={wanted}`)", **evidence)
+        return Result.passed(f"Mooncake in the serving venv: {listed}"
+                             + (f" (vllm-ascend {release}'s row: {wanted})" if wanted else ""), **evidence)
 
 
 class PdNpuNics(InstanceCheck):

@@ -99,7 +99,7 @@ def test_the_example_connector_opens_no_ports(tmp_path: Path, fake_root: Path) -
     assert skipped.status is Status.SKIP and "part of vLLM itself" in skipped.message
 
 
-def _venv(tmp_path: Path, with_mooncake: bool) -> Path:
+def _venv(tmp_path: Path, with_mooncake: bool, mooncake: str = "0.3.11.post1", release: str = "0.23.0") -> Path:
     """A serving venv's bin/ whose python is this interpreter, with a `mooncake` package (and its distribution's
     metadata) on its path or without one."""
     bin_dir = tmp_path / "venv" / "bin"
@@ -114,7 +114,10 @@ def _venv(tmp_path: Path, with_mooncake: bool) -> Path:
         dist = site / "mooncake_transfer_engine_npu-0.3.11.post1.dist-info"
         dist.mkdir()
         (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mooncake-transfer-engine-npu\n"
-                                       "Version: 0.3.11.post1\n")
+                                       f"Version: {mooncake}\n")
+    ascend = site / f"vllm_ascend-{release}.dist-info"
+    ascend.mkdir()
+    (ascend / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm-ascend\nVersion: {release}\n")
     python = bin_dir / "python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
@@ -135,6 +138,16 @@ def test_mooncake_in_the_serving_venv_passes_with_its_version(tmp_path: Path, fa
     result = _run(PdMooncakeInstalled, record, root=fake_root)
     assert result.status is Status.PASS, result.message
     assert result.evidence["versions"] == {"mooncake-transfer-engine-npu": "0.3.11.post1"}
+    assert result.evidence["vllm_ascend"] == "0.23.0" and result.evidence["expected"] == "0.3.11.post1"
+
+
+def test_mooncake_of_another_version_than_the_releases_row_warns(tmp_path: Path, fake_root: Path) -> None:
+    bin_dir = _venv(tmp_path, with_mooncake=True, mooncake="0.3.9")
+    record = _pd_record(tmp_path, vllm_command=(str(bin_dir / "vllm"), "serve"))
+    result = _run(PdMooncakeInstalled, record, root=fake_root)
+    assert result.status is Status.WARN
+    assert "has Mooncake 0.3.9; vllm-ascend 0.23.0 is built against 0.3.11.post1" in result.message
+    assert "mooncake-transfer-engine-npu==0.3.11.post1" in (result.remediation or "")
 
 
 def test_no_serving_venv_fails(tmp_path: Path, fake_root: Path) -> None:
