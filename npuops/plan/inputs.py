@@ -142,8 +142,9 @@ class PlanRequest:
     additional_config: str | None = declared(flag=UserFlag(
         "additional-config", "vllm-ascend's --additional-config as JSON, checked against the release's keys."))
     pd: str | None = declared(flag=UserFlag(
-        "pd", "Prefill/decode disaggregation on this node: P:D prefill and decode engines behind one router in PD "
-        "mode (e.g. 1:1), or auto (the plan judges against a co-located one and says why)."))
+        "pd", "Prefill/decode disaggregation: P:D prefill and decode engines behind one router in PD mode (e.g. "
+        "1:1) on this node's chips, or on P + D hosts with --nodes / -i --group; auto: the plan judges one node's "
+        "split against a co-located plan and says why."))
     kv_port: int | None = declared(limits=Limits(minimum=1024, maximum=65535), flag=UserFlag(
         "kv-port", "With --pd: the first KV connector port [default: above Mooncake's transport range]."))
     no_calibration: bool = declared(flag=UserFlag(
