@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from npuops.checks.disaggregation import PdKvPorts, PdMooncakeInstalled, PdNpuNics
+from npuops.checks.pd import PdKvPorts, PdMooncakeInstalled, PdNpuNics
 from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Result, Status
 from npuops.hardware.probe import Probe

@@ -1,4 +1,5 @@
-"""Prefill/decode disaggregation: what a PD engine (`npuops launch --pd P:D`) needs before it starts.
+"""Prefill/decode disaggregation: what a PD engine (`npuops launch --pd P:D`) needs before it starts (its gate runs
+these after launch.py's checks of the instance itself: modules are discovered in name order).
 
 Its KV connector's ports free and outside Mooncake's AscendDirectTransport range and HCCL's host socket ports
 (npuops/plan/disaggregation.py says why each range), Mooncake importable in the serving venv, and the NPU NICs the
