@@ -25,7 +25,8 @@ file_name=None) -> Path``
 chip="910b") -> dict[Kind, Path]``
     A consistent set: driver + its firmware, toolkit, kernels (or ops from 8.5) and NNAL of one CANN version.
 ``run_installer(run_file, *args, env=None, stdin="", timeout=60.0) -> subprocess.CompletedProcess[str]``
-    Run a ``.run`` in a minimal environment (PATH, HOME, LC_ALL=C, TMPDIR; plus ``env``), stdout and stderr captured.
+    Run a ``.run`` in a minimal environment (PATH, HOME, LC_ALL=C, a TMPDIR of its own; plus ``env``), stdout and
+    stderr captured.
 ``sha256_of(path) -> str`` and ``write_sha256sums(directory, *, pattern="*") -> Path``
     The tests' own ``SHA256SUMS`` writer (``<hex>  <name>`` lines, as ``sha256sum`` prints them, sorted by name),
     independent of ``npuops packages index``.
@@ -984,17 +985,23 @@ def run_installer(
     stdin: str = "",
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a ``.run`` with ``args`` in a minimal environment plus ``env``; never raises on a non-zero exit."""
-    base = {
-        "PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-        "HOME": os.environ.get("HOME", "/root"),
-        "LC_ALL": "C",
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-    }
-    return subprocess.run(
-        [str(run_file), *args], input=stdin, capture_output=True, text=True, env={**base, **(env or {})},
-        timeout=timeout, check=False,
-    )
+    """Run a ``.run`` with ``args`` in a minimal environment plus ``env``; never raises on a non-zero exit.
+
+    Each run extracts into a TMPDIR of its own: makeself unpacks into ``$TMPDIR/selfgz<PID>`` and refuses to start
+    when that directory exists ("Cannot create target directory"), which a run killed earlier, or a process of a
+    PID namespace (the systemd and sshd test hosts) with the same PID, can leave behind in a shared /tmp.
+    """
+    with tempfile.TemporaryDirectory(prefix="npuops-run-tmp-", dir=os.environ.get("TMPDIR", "/tmp")) as run_tmp:
+        base = {
+            "PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            "LC_ALL": "C",
+            "TMPDIR": run_tmp,
+        }
+        return subprocess.run(
+            [str(run_file), *args], input=stdin, capture_output=True, text=True, env={**base, **(env or {})},
+            timeout=timeout, check=False,
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
