@@ -170,9 +170,10 @@ def local_part(work: Path, built: Mapping[str, Path], runs: int) -> None:
     # B's extra vars: what npuops builds from the CLI's options for A.
     options = ProvisionOptions(inventory=target.inventory, artifacts_dir=target.artifacts, packages_dir=packages,
                                tags=tuple(LOCAL_TAGS.split(",")), forks=CLI_FORKS, hardware_check=False)
-    package_set, row, roles = plan_provision(options)
+    plan = plan_provision(options)
     vars_file = work / "extravars.json"
-    vars_file.write_text(json.dumps(build_extravars(options, package_set, row, roles)), encoding="utf-8")
+    vars_file.write_text(json.dumps(build_extravars(options, plan.packages, plan.row, plan.roles, plan.networks)),
+                         encoding="utf-8")
     playbook = REPO / "playbooks" / "provision.yml"
     if resolve_playbook("provision.yml") != playbook.resolve():
         print(f"  note: npuops runs {resolve_playbook('provision.yml')}, B runs {playbook}")

@@ -292,6 +292,16 @@ class HccnIpConfigured(Check):
             problems.append("no IP address on " + ", ".join(_label(c) for c in missing))
         for address, chips in shared.items():
             problems.append(f"{address} is set on " + " and ".join(_label(c) for c in chips))
+        planned = ctx.options.peers.npu_ips if ctx.options.peers is not None else {}
+        if planned:
+            # The inventory's addresses are the ones the peers were told and that provisioning sets: one source.
+            evidence["inventory"] = dict(planned)
+            wrong = [f"{_label(c)} has {ip.address}, the inventory gives {planned[c.device_id]}"
+                     for c, ip in ips if ip.address and c.device_id in planned and ip.address != planned[c.device_id]]
+            if wrong:
+                problems.extend(wrong)
+                fix = ("set the inventory's addresses on the NPU ports: `npuops provision -i INVENTORY --tags "
+                       "npu-network` (or correct the inventory); the peers reach this host at the inventory's")
         if problems:
             return Result.fail("; ".join(problems), fix, **evidence)
         if readings.unreadable:

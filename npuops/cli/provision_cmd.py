@@ -28,8 +28,9 @@ from npuops.errors import ExitCode, UsageError
               help="The hosts' architecture, when --packages holds packages for both.")
 @click.option("--stack", help="The compatibility row to install, by vllm-ascend version (e.g. 0.9.1) "
               "[default: the newest row of the CANN being installed].")
-@click.option("--tags", help="Roles to run, comma-separated: preflight,users,driver,cann,environment,python,tuning,"
-              "verify (preflight always runs).")
+@click.option("--tags", help="Roles to run, comma-separated: preflight,users,driver,npu-network,cann,environment,"
+              "python,tuning,verify (preflight always runs; npu-network only where the inventory gives NPU port "
+              "addresses).")
 @click.option("--install-path", type=click.Path(path_type=Path),
               help="Where the vendor installers install [default: /usr/local/Ascend, or the inventory's].")
 @click.option("--check", is_flag=True, help="Show what would change (installers that would run); change nothing.")

@@ -38,12 +38,15 @@ class PeerGroup:
 
     peers: tuple[PeerHost, ...]
     ifname: str | None = None  # the local interface (GLOO_SOCKET_IFNAME / HCCL_SOCKET_IFNAME); None: the route's
+    # This host's own NPU NIC addresses by device id, as the inventory gives them (what `npuops provision --tags
+    # npu-network` sets); empty when the inventory gives none. The hccn-ip check compares them with the NICs'.
+    npu_ips: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 PEERS_EXAMPLE = ('[{"name": "node-b", "address": "10.213.0.12", "port": 22, "npu_ips": {"0": "29.1.112.214"}}]'
-                 ' or {"ifname": "eth0", "peers": [...]}')
+                 ' or {"ifname": "eth0", "npu_ips": {"0": "29.1.112.213"}, "peers": [...]}')
 _PEER_KEYS = ("name", "address", "port", "npu_ips")
-_GROUP_KEYS = ("ifname", "peers")
+_GROUP_KEYS = ("ifname", "npu_ips", "peers")
 
 
 def _peers_error(problem: str) -> BadInputError:
@@ -71,20 +74,24 @@ def _peer(raw: Any, index: int) -> PeerHost:
     port = raw.get("port", 22)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise _peers_error(f"{where} ({name}) has \"port\" {port!r}, not a TCP port 1-65535")
-    raw_ips = raw.get("npu_ips", {})
+    npu_ips = _npu_ips(raw.get("npu_ips", {}), f"{where} ({name})")
+    return PeerHost(name=name.strip(), address=address, port=port, npu_ips=npu_ips)
+
+
+def _npu_ips(raw_ips: Any, where: str) -> Mapping[int, str]:
     if not isinstance(raw_ips, dict):
-        raise _peers_error(f"{where} ({name}) has \"npu_ips\" that is not an object of device id to IP")
+        raise _peers_error(f"{where} has \"npu_ips\" that is not an object of device id to IP")
     npu_ips: dict[int, str] = {}
     for device, ip in raw_ips.items():
         if not str(device).isdigit():
-            raise _peers_error(f"{where} ({name}) has npu_ips key {device!r}, not a device id like \"0\"")
+            raise _peers_error(f"{where} has npu_ips key {device!r}, not a device id like \"0\"")
         if ip is None:
-            continue  # that peer's chip has no NIC address (the node model's "nic_ip": null)
+            continue  # that chip has no NIC address (the node model's "nic_ip": null)
         try:
             npu_ips[int(device)] = str(ipaddress.IPv4Address(ip if isinstance(ip, str) else ""))
         except ValueError:
-            raise _peers_error(f"{where} ({name}) has npu_ips[{device!r}] = {ip!r}, not an IPv4 address") from None
-    return PeerHost(name=name.strip(), address=address, port=port, npu_ips=MappingProxyType(npu_ips))
+            raise _peers_error(f"{where} has npu_ips[{device!r}] = {ip!r}, not an IPv4 address") from None
+    return MappingProxyType(npu_ips)
 
 
 def parse_peers(text: str) -> PeerGroup:
@@ -95,8 +102,10 @@ def parse_peers(text: str) -> PeerGroup:
     except json.JSONDecodeError as exc:
         raise _peers_error(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     ifname: str | None = None
+    own_ips: Mapping[int, str] = MappingProxyType({})
     if isinstance(data, dict):
         _unknown_keys(data, _GROUP_KEYS, "the object")
+        own_ips = _npu_ips(data.get("npu_ips", {}), "the object")
         raw_ifname = data.get("ifname")
         if raw_ifname is not None and (not isinstance(raw_ifname, str) or not raw_ifname.strip()):
             raise _peers_error(f"\"ifname\" {raw_ifname!r} is not an interface name")
@@ -111,7 +120,7 @@ def parse_peers(text: str) -> PeerGroup:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise _peers_error(f"peer name(s) {', '.join(map(repr, duplicated))} given more than once")
-    return PeerGroup(peers=peers, ifname=ifname)
+    return PeerGroup(peers=peers, ifname=ifname, npu_ips=own_ips)
 
 
 @dataclass(frozen=True)

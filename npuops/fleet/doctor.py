@@ -28,6 +28,7 @@ from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_UNREACHABLE, FleetFacts, HostNode, collect_node_models, failure_fix
 from npuops.fleet.host_results import HostResult, PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
+from npuops.fleet.npu_network import npu_ips_of
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
 
@@ -273,15 +274,28 @@ def peer_address(member: InventoryHost) -> str:
     return member.name if "{{" in member.address else member.address
 
 
+def member_npu_ips(member: InventoryHost, node: Node | None) -> dict[str, str]:
+    """A member's NPU NIC addresses by device id: the inventory's, when it gives them (what `npuops provision --tags
+    npu-network` sets: one source for the role, the network checks and a launch), else its node model's. Pure."""
+    planned = npu_ips_of(member.name, member.vars)
+    if planned is not None:
+        return {str(device): address for device, address in planned.items()}
+    return chip_nic_ips(node)
+
+
 def build_peers(members: Sequence[InventoryHost], nodes: Mapping[str, Node | None]) -> dict[str, dict[str, Any]]:
     """Each member's `npuops doctor --peers` value: the other members (inventory order) with their address, port
-    and NPU NIC addresses (from their node models; none for a host without one), and the local interface that
-    reaches them when the member's node model shows one. Pure."""
+    and NPU NIC addresses (`member_npu_ips`), the member's own addresses when the inventory gives them (its hccn-ip
+    check compares its NICs with them), and the local interface that reaches the others when the member's node
+    model shows one. Pure."""
     peers: dict[str, dict[str, Any]] = {}
     for member in members:
         others = [m for m in members if m.name != member.name]
         value: dict[str, Any] = {"peers": [{"name": m.name, "address": peer_address(m), "port": m.port,
-                                            "npu_ips": chip_nic_ips(nodes.get(m.name))} for m in others]}
+                                            "npu_ips": member_npu_ips(m, nodes.get(m.name))} for m in others]}
+        own = npu_ips_of(member.name, member.vars)
+        if own:
+            value = {"npu_ips": {str(device): address for device, address in own.items()}, **value}
         ifname = local_interface_for(nodes.get(member.name), [peer_address(m) for m in others])
         if ifname:
             value = {"ifname": ifname, **value}

@@ -8,11 +8,15 @@ command                                parser                       result
 ``hccn_tool -i N -link -g``            :func:`parse_hccn_link`        :class:`HccnLink`
 ``hccn_tool -i N -net_health -g``      :func:`parse_hccn_net_health`  :class:`HccnNetHealth`
 ``hccn_tool -i N -ip -g``              :func:`parse_hccn_ip`          :class:`HccnIp`
+``hccn_tool -i N -netdetect -g``       :func:`parse_hccn_netdetect`   :class:`HccnNetdetect`
+``hccn_tool -i N -gateway -g``         :func:`parse_hccn_gateway`     :class:`HccnGateway`
 ``hccn_tool -i N -link_stat -g``       :func:`parse_hccn_link_stat`   :class:`HccnLinkStat`
 ``hccn_tool -i N -ping -g address A``  :func:`parse_hccn_ping`        :class:`HccnPing`
 =====================================  ===========================  ===================
 
 Text in, frozen dataclass out; the only exception raised is :class:`npuops.parsing.ParseError`.
+What the set commands print and the errors the getters print on stderr are constants here too (:data:`SET_OK`,
+:data:`NOT_PRESET_MESSAGES`), from the driver's own source.
 Values published redacted (``10.xx.xx.10``) are kept as strings. Lines the parser does not know are kept in each
 result's ``raw`` so nothing is lost.
 """
@@ -27,19 +31,25 @@ from npuops.parsing import Pairs, ParseError, content_lines, first_value, is_eli
 
 __all__ = [
     "NET_HEALTH_STATUSES",
+    "NOT_PRESET_MESSAGES",
     "NO_NIC_FAMILIES",
     "PING_FAILURE_MARKERS",
+    "SET_OK",
+    "HccnGateway",
     "HccnIp",
     "HccnLink",
     "HccnLinkChange",
     "HccnLinkStat",
     "HccnNetHealth",
+    "HccnNetdetect",
     "HccnPing",
     "HccnPingReply",
+    "parse_hccn_gateway",
     "parse_hccn_ip",
     "parse_hccn_link",
     "parse_hccn_link_stat",
     "parse_hccn_net_health",
+    "parse_hccn_netdetect",
     "parse_hccn_ping",
 ]
 
@@ -57,7 +67,20 @@ NET_HEALTH_STATUSES = (
     "Init",
     "Thread error",
     "Detect ip set",
+    # An older driver (910A, firmware 7.1) prints "Socket failed" for status 1 (tests/fixtures/ascend/INDEX.md).
+    "Socket failed",
 )
+
+# What every hccn_tool command that is not a query prints on success (the driver's record_result_success_to_log,
+# hicann/driver src/custom/network/hccn/ascend910B/hccn_tool/cmd.c; captured in hccn_tool-tls_set_910b3_1.txt).
+SET_OK = "Cmd executed successfully!"
+
+# What `-ip -g` and `-gateway -g` print on stderr (non-zero exit) for a port nothing was set on yet (the same
+# file's g_uda_dsmi_err_list): not a failure to read, an empty value.
+NOT_PRESET_MESSAGES = {
+    "-ip": "Get ipconf failed, because no ip was preset there!",
+    "-gateway": "Get gateway failed, because no gateway was preset there!",
+}
 
 # Chip families whose chips carry no NPU NIC: the 300I Duo and other 310P inference cards talk over PCIe only, so
 # hccn_tool has nothing to ask them.
@@ -134,6 +157,63 @@ def parse_hccn_ip(text: str) -> HccnIp:
     if address is None and netmask is None:
         raise ParseError(what, "no 'ipaddr:' or 'netmask:' line")
     return HccnIp(address=address or None, netmask=netmask or None, raw=pairs)
+
+
+_IPV4_RE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}")
+# `-netdetect -g` prints "netdetect address: A" in the captures and "netdetect addr: A" in today's driver source
+# (tool_ops.c tool_get_netdetect); an address never set reads 0.0.0.0 there (the stored address is 0).
+_NETDETECT_RE = re.compile(r"netdetect\s+addr(?:ess)?\s*:\s*(?P<address>\S+)", re.IGNORECASE)
+# "default gateway:11.12.165.1, Iface:eth0" (tool_ops_ext.c: "default gateway:%s, Iface:eth%d").
+_GATEWAY_RE = re.compile(
+    r"default\s+gateway\s*:\s*(?P<address>[^,\s]+)\s*(?:,\s*Iface\s*:\s*(?P<iface>\S+))?", re.IGNORECASE)
+
+
+def _unset_ipv4(address: str) -> str | None:
+    return None if address == "0.0.0.0" else address  # noqa: S104 (a value read, never bound to)
+
+
+def _one_address(text: str, what: str, pattern: re.Pattern[str], shape: str) -> tuple[str | None, re.Match[str]]:
+    """The one line of a one-device query, matched by `pattern` (group "address", an IPv4 address; 0.0.0.0 is
+    None). Several lines are refused: a shell loop over devices printed them, and which is which is lost."""
+    lines = content_lines(text, what)
+    if len(lines) > 1:
+        raise ParseError(what, "more than one line (one command per device, please)", *lines[1])
+    if not lines:
+        raise ParseError(what, f"no {shape!r} line")
+    line_no, line = lines[0]
+    match = pattern.fullmatch(line)
+    if match is None:
+        raise ParseError(what, f"expected {shape!r}", line_no, line)
+    address = match.group("address")
+    if not _IPV4_RE.fullmatch(address):
+        raise ParseError(what, f"{address!r} is not an IPv4 address", line_no, line)
+    return _unset_ipv4(address), match
+
+
+@dataclass(frozen=True)
+class HccnNetdetect:
+    """``netdetect address: 11.12.165.1``: the address the NIC probes for ``-net_health`` (None: never set)."""
+
+    address: str | None
+
+
+def parse_hccn_netdetect(text: str) -> HccnNetdetect:
+    what = "hccn_tool -netdetect -g"
+    return HccnNetdetect(_one_address(text, what, _NETDETECT_RE, "netdetect address: <ip>")[0])
+
+
+@dataclass(frozen=True)
+class HccnGateway:
+    """``default gateway:11.12.165.1, Iface:eth0``."""
+
+    address: str | None
+    interface: str | None  # "eth0": the NPU port as the NIC names it
+
+
+def parse_hccn_gateway(text: str) -> HccnGateway:
+    what = "hccn_tool -gateway -g"
+    address, match = _one_address(text, what, _GATEWAY_RE, "default gateway:<ip>, Iface:eth<N>")
+    return HccnGateway(address, match.group("iface"))
 
 
 # ----------------------------------------------------------------------------------------------------------------

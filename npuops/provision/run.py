@@ -3,7 +3,9 @@ and turn its per-host results into the report (status, counts, versions before -
 
 The report's JSON names are fixed (scripts depend on them):
 {"ok", "artifacts", "hosts": {HOST: {"status": "ok"|"failed"|"unreachable"|"reboot-required", "ok", "changed",
- "failed", "skipped", "versions": {COMPONENT: {"before", "after"}}, "message", ...}}}.
+ "failed", "skipped", "versions": {COMPONENT: {"before", "after"}}, "message", "npu_network": {"ok", "check",
+ "changed", "ports": [{"device", "before", "after", "changed", "commands", "link", "health", "reaches_detect",
+ "problem", "fix"}]}, ...}}}.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import HostResult, PlaybookRun
+from npuops.fleet.inventory import read_inventory_group
+from npuops.fleet.npu_network import HostNpuNetwork, fleet_npu_network
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.versions import parse_ascend_version
 from npuops.plan.environment import FINAL, parse_release
 from npuops.provision.packages import PackageSet, check_wheelhouse, verify_packages
 
 PLAYBOOK = "provision.yml"
-ROLES = ("preflight", "users", "driver", "cann", "environment", "python", "tuning", "verify")
+# The roles by their tags (npu_network's tag is npu-network), in the order provision.yml runs them.
+ROLES = ("preflight", "users", "driver", "npu-network", "cann", "environment", "python", "tuning", "verify")
+NPU_NETWORK = "npu-network"
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,24 @@ def choose_row(stack: str | None, cann_version: str | None) -> dict[str, Any] | 
     return None
 
 
+def npu_networks(options: ProvisionOptions, roles: Sequence[str]) -> dict[str, HostNpuNetwork]:
+    """The NPU ports the inventory gives its hosts, checked across the whole inventory (an address used twice is
+    refused whatever --limit says), when the npu-network role runs. Hosts named with --host give none."""
+    if NPU_NETWORK not in roles:
+        return {}
+    networks: dict[str, HostNpuNetwork] = {}
+    if isinstance(options.inventory, Path):
+        hosts = read_inventory_group(options.inventory, "all")
+        networks = fleet_npu_network((host.name, host.vars) for host in hosts)
+    if not networks and NPU_NETWORK in options.tags:
+        raise BadInputError("--tags npu-network, but no host of the inventory gives NPU port addresses",
+                            "set npuops_npu_ips (or npuops_npu_ip_base) and npuops_npu_netmask for the hosts in the "
+                            "inventory (playbooks/roles/npu_network/defaults/main.yml shows them)")
+    return networks
+
+
 def build_extravars(options: ProvisionOptions, packages: PackageSet | None, row: Mapping[str, Any] | None,
-                    roles: Sequence[str]) -> dict[str, Any]:
+                    roles: Sequence[str], networks: Mapping[str, HostNpuNetwork] | None = None) -> dict[str, Any]:
     extravars: dict[str, Any] = {
         "npuops_packages": {kind: {"src": str(p.path), "name": p.path.name, "sha256": p.sha256,
                                    "version": p.file.version}
@@ -98,6 +120,8 @@ def build_extravars(options: ProvisionOptions, packages: PackageSet | None, row:
         "npuops_hardware_check": options.hardware_check,
         # The python role's default npuops_router_requirement; an inventory may empty it for a host.
         "npuops_router_pin": router_requirement(),
+        # Each host's NPU ports, checked on this side (npuops.fleet.npu_network); the npu_network role sets them.
+        "npuops_npu_ports_by_host": {host: network.to_json() for host, network in (networks or {}).items()},
     }
     if options.install_path is not None:
         extravars["npuops_install_path"] = str(options.install_path)
@@ -109,8 +133,18 @@ def build_extravars(options: ProvisionOptions, packages: PackageSet | None, row:
     return extravars
 
 
-def plan_provision(options: ProvisionOptions) -> tuple[PackageSet | None, dict[str, Any] | None, list[str]]:
-    """Everything that is checked before any host is touched: the packages, the row, the roles."""
+@dataclass(frozen=True)
+class ProvisionPlan:
+    """Everything that is checked before any host is touched: the packages, the row, the roles, the NPU ports."""
+
+    packages: PackageSet | None
+    row: dict[str, Any] | None
+    roles: list[str]
+    networks: dict[str, HostNpuNetwork]
+
+
+def plan_provision(options: ProvisionOptions) -> ProvisionPlan:
+    """Check everything that can be checked before any host is touched."""
     unknown = [t for t in options.tags if t not in ROLES]
     if unknown:
         raise BadInputError(f"no role {unknown[0]!r}", f"use --tags with: {', '.join(ROLES)}")
@@ -121,7 +155,7 @@ def plan_provision(options: ProvisionOptions) -> tuple[PackageSet | None, dict[s
     if packages is not None and "python" in roles:
         check_wheelhouse(packages, wanted_requirements(options, row))
     # Without a row the python role stops on the hosts that have none set in the inventory (npuops_stack_pins).
-    return packages, row, roles
+    return ProvisionPlan(packages, row, roles, npu_networks(options, roles))
 
 
 # --- the report (pure) -------------------------------------------------------------------------------------------
@@ -146,6 +180,9 @@ def host_report(result: HostResult) -> dict[str, Any]:
     }
     if data.get("doctor") is not None:
         report["doctor"] = data["doctor"]
+    if isinstance(data.get("npu_network"), Mapping):
+        # Each NPU port before and after (in check mode: what it would be), the hccn_tool calls, the verification.
+        report["npu_network"] = data["npu_network"]
     would_run = data.get("would_run")
     if isinstance(would_run, Mapping):
         # check mode: the installers that would run, in the order they would (driver role first, then CANN).
@@ -176,8 +213,9 @@ class ProvisionReport:
 
 def run_provisioning(options: ProvisionOptions, on_event: Callable[[PlaybookEvent], None] | None = None,
               envvars: Mapping[str, str] | None = None) -> ProvisionReport:
-    packages, row, roles = plan_provision(options)
-    extravars = build_extravars(options, packages, row, roles)
+    plan = plan_provision(options)
+    packages, row = plan.packages, plan.row
+    extravars = build_extravars(options, packages, row, plan.roles, plan.networks)
     # What changed, per host (the tasks' names).
     changed_tasks: dict[str, list[str]] = {}
 

@@ -20,6 +20,22 @@ def _versions(versions: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def _port(values: dict[str, Any]) -> str:
+    if not values.get("address"):
+        return "none"
+    text = f"{values['address']}/{values.get('netmask') or '?'}"
+    if values.get("gateway"):
+        text += f" gw {values['gateway']}"
+    return text + f" detect {values.get('detect') or '-'}"
+
+
+def npu_network_lines(host: str, network: dict[str, Any]) -> list[str]:
+    """The ports a run set (or would set), one line each: before -> after."""
+    verb = "would set" if network.get("check") else "set"
+    return [f"{host}: NPU {p['device']} {verb} {_port(p['before'])} -> {_port(p['after'])}"
+            for p in network.get("ports", []) if p.get("changed")]
+
+
 def render_report_text(report: Any, waived_hardware_check: bool = False) -> str:
     data = report.to_json()
     rows = [(name, h["status"], h["ok"], h["changed"], h["failed"], h["skipped"], _versions(h["versions"]))
@@ -28,6 +44,8 @@ def render_report_text(report: Any, waived_hardware_check: bool = False) -> str:
     for name, h in data["hosts"].items():
         for pending in h.get("would_run", []):
             lines.append(f"{name}: would run {pending}")
+        if isinstance(h.get("npu_network"), dict):
+            lines.extend(npu_network_lines(name, h["npu_network"]))
         if h["message"]:
             lines.append(f"{name}: {h['message']}")
         doctor = h.get("doctor")

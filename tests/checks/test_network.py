@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import socket
 from collections.abc import Callable
@@ -214,6 +215,18 @@ def test_ip_missing_fails_with_the_command_to_set_it(fake_root: Path) -> None:
     result = run(HccnIpConfigured, context(fake_root, answers, options=DoctorOptions(devices=(4, 5))))
     assert result.status is Status.FAIL and not result.evidence["ip"][4][0] and result.evidence["ip"][5][0]
     assert "`hccn_tool -i N -ip -s address A netmask M`" in (result.remediation or "")
+
+
+def test_ip_other_than_the_inventorys_fails_naming_the_provisioning_step(fake_root: Path) -> None:
+    answers = {key(d, "-ip"): (0, capture(name), "") for d, name in zip((4, 5), IPS[:2], strict=True)}
+    group = parse_peers(json.dumps({"npu_ips": {"4": "29.1.112.213", "5": "10.20.11.99"}, "peers": []}))
+    result = run(HccnIpConfigured, context(fake_root, answers, options=DoctorOptions(devices=(4, 5), peers=group)))
+    assert result.status is Status.FAIL and result.evidence["inventory"] == {4: "29.1.112.213", 5: "10.20.11.99"}
+    assert "has 10.20.11.24, the inventory gives 10.20.11.99" in result.message
+    assert "--tags npu-network" in (result.remediation or "")
+    matching = parse_peers(json.dumps({"npu_ips": {"4": "29.1.112.213", "5": "10.20.11.24"}, "peers": []}))
+    passed = run(HccnIpConfigured, context(fake_root, answers, options=DoctorOptions(devices=(4, 5), peers=matching)))
+    assert passed.status is Status.PASS
 
 
 # --- when there is nothing to ask -----------------------------------------------------------------------------------

@@ -245,6 +245,22 @@ def test_peers_name_the_other_hosts_with_their_npu_nics(fleet_nodes: dict[str, N
     assert parsed.ifname == "eth0" and parsed.peers[0].npu_ips == {0: "29.1.113.211"}
 
 
+def test_the_inventorys_npu_addresses_are_what_every_host_is_told(fleet_nodes: dict[str, Node]) -> None:
+    """One source: where the inventory gives NPU port addresses (what `provision --tags npu-network` sets), the
+    peers are told those, and each host gets its own to compare its NICs with; else the node models' readings."""
+    network = {"npuops_npu_ips": "29.1.112.221,29.1.112.222", "npuops_npu_netmask": "255.255.0.0",
+               "npuops_npu_detect_ips": "29.1.0.1"}
+    members = [InventoryHost("h1", "10.213.0.11", 22, network), InventoryHost("h2", "10.213.0.12", 22)]
+    nodes: dict[str, Node | None] = {
+        "h1": _with_network(fleet_nodes["h1"], [], {0: "29.1.112.211", 1: "29.1.112.212"}),
+        "h2": _with_network(fleet_nodes["h2"], [], {0: "29.1.113.211"})}
+    peers = build_peers(members, nodes)
+    assert peers["h2"]["peers"][0]["npu_ips"] == {"0": "29.1.112.221", "1": "29.1.112.222"}
+    assert peers["h1"]["npu_ips"] == {"0": "29.1.112.221", "1": "29.1.112.222"}
+    assert peers["h1"]["peers"][0]["npu_ips"] == {"0": "29.1.113.211"} and "npu_ips" not in peers["h2"]
+    assert parse_peers(json.dumps(peers["h1"])).npu_ips == {0: "29.1.112.221", 1: "29.1.112.222"}
+
+
 def test_local_interface_and_nic_ips_tolerate_odd_models() -> None:
     """Odd but well-formed models: addresses that are no CIDR, an interface without `up`, chips of an older npuops
     without device_id (what is not a node model at all is refused by Node.from_json, tests/test_node_wire.py)."""

@@ -12,11 +12,15 @@ from hypothesis import strategies as st
 
 from npuops.hardware.hccn import (
     NET_HEALTH_STATUSES,
+    NOT_PRESET_MESSAGES,
+    SET_OK,
     HccnLinkChange,
+    parse_hccn_gateway,
     parse_hccn_ip,
     parse_hccn_link,
     parse_hccn_link_stat,
     parse_hccn_net_health,
+    parse_hccn_netdetect,
     parse_hccn_ping,
 )
 from npuops.parsing import ParseError
@@ -216,6 +220,58 @@ def test_ping_is_not_the_ip_query() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# -netdetect -g / -gateway -g / the health statuses and set echo of the newer captures
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _loop_lines(name: str) -> list[str]:
+    """The per-device lines of a capture made with a shell loop over the devices (the author's elision dropped)."""
+    return [line for line in capture(name).splitlines() if line.strip() and line.strip() != "..."]
+
+
+def test_netdetect_910b3_each_device() -> None:
+    lines = _loop_lines("hccn_tool-netdetect_910b3_1.txt")
+    assert [parse_hccn_netdetect(line).address for line in lines] == ["11.12.165.1"] * len(lines) and lines
+
+
+def test_netdetect_the_driver_sources_wording_and_an_address_never_set() -> None:
+    assert parse_hccn_netdetect("netdetect addr: 10.20.0.1\n").address == "10.20.0.1"
+    assert parse_hccn_netdetect("netdetect addr: 0.0.0.0\n").address is None
+
+
+def test_gateway_910b3_each_device() -> None:
+    gateways = [parse_hccn_gateway(line) for line in _loop_lines("hccn_tool-gateway_910b3_1.txt")]
+    assert [g.address for g in gateways] == ["11.12.165.1"] * 8
+    assert [g.interface for g in gateways] == [f"eth{i}" for i in range(8)]
+
+
+def test_a_loop_over_devices_is_not_one_answer() -> None:
+    with pytest.raises(ParseError, match="one command per device"):
+        parse_hccn_gateway(capture("hccn_tool-gateway_910b3_1.txt"))
+    with pytest.raises(ParseError, match="not an IPv4 address"):
+        parse_hccn_netdetect("netdetect address: 10.xx.xx.1\n")
+
+
+@pytest.mark.parametrize(("name", "status", "healthy"), [
+    ("hccn_tool-net_health_doc_2.txt", "Fault", False),
+    ("hccn_tool-net_health_doc_3.txt", "Success", True),
+    ("hccn_tool-net_health_910a_1.txt", "Socket failed", False),
+])
+def test_net_health_captures(name: str, status: str, healthy: bool) -> None:
+    health = parse_hccn_net_health(capture(name))
+    assert (health.status, health.healthy, health.known) == (status, healthy, True)
+
+
+def test_link_down_capture() -> None:
+    assert parse_hccn_link(capture("hccn_tool-link_doc_2.txt")).up is False
+
+
+def test_the_set_echo_is_the_captured_one() -> None:
+    assert set(_loop_lines("hccn_tool-tls_set_910b3_1.txt")) == {SET_OK}
+    assert set(NOT_PRESET_MESSAGES) == {"-ip", "-gateway"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Garbage and fuzzing
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -225,6 +281,8 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "ip": parse_hccn_ip,
     "link_stat": parse_hccn_link_stat,
     "ping": parse_hccn_ping,
+    "netdetect": parse_hccn_netdetect,
+    "gateway": parse_hccn_gateway,
 }
 
 
