@@ -31,6 +31,7 @@ class PerfConstants:
     piecewise_us_per_layer: float
     full_graph_us_per_layer: float
     moe_layer_overhead_factor: float
+    moe_layer_us: float
     allreduce_us: float
     allreduce_us_per_doubling: float
     pp_send_us: float
@@ -41,6 +42,7 @@ class PerfConstants:
     cpu_host_us_per_seq: float
     spec_step_us: float = 0.0
     spec_host_us_per_seq: float = 0.0
+    spec_forward_us: float = 0.0
     cpu_spec_step_us: float = 0.0
     cpu_spec_host_us_per_seq: float = 0.0
     pd_transfer_bytes_per_s: float = 15e9
@@ -73,6 +75,7 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         piecewise_us_per_layer=float(raw["piecewise_us_per_layer"]),
         full_graph_us_per_layer=float(raw["full_graph_us_per_layer"]),
         moe_layer_overhead_factor=float(raw["moe_layer_overhead_factor"]),
+        moe_layer_us=float(raw["moe_layer_us"]),
         allreduce_us=float(raw["allreduce_us"]),
         allreduce_us_per_doubling=float(raw["allreduce_us_per_doubling"]),
         pp_send_us=float(raw["pp_send_us"]),
@@ -83,6 +86,7 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),
         spec_step_us=float(raw["spec_step_us"]),
         spec_host_us_per_seq=float(raw["spec_host_us_per_seq"]),
+        spec_forward_us=float(raw["spec_forward_us"]),
         cpu_spec_step_us=float(cpu["spec_step_us"]),
         cpu_spec_host_us_per_seq=float(cpu["spec_host_us_per_seq"]),
         pd_transfer_bytes_per_s=float(raw["pd_transfer_bytes_per_s"]),

@@ -293,6 +293,9 @@ def _speculative(plan: Plan) -> Iterator[Explanation]:
             "flag": "--spec-acceptance"}[spec.acceptance_source]
     draft = (f"; the draft's {spec.draft_weight_bytes / 1e9:.2f} GB of weights and its KV layers are in the memory "
              "plan" if spec.draft_weight_bytes else "")
+    if spec.parallel and (plan.server.speculative_config or {}).get("parallel_drafting"):
+        draft += ("; its config.json carries a parallel-drafting mask token, so one forward drafts all K "
+                  "(parallel_drafting)")
     yield Explanation("speculative_config", plan.server.speculative_config,
                       f"{how}: {spec.why}; K = {spec.num_tokens}, {spec.acceptance:.0%} of drafts accepted "
                       f"({rate}) gives {spec.tokens_per_step:.2f} tokens per step{draft}")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from npuops.plan.inputs import Workload
 from npuops.plan.memory import MemoryBudget, max_concurrency
-from npuops.plan.model import ModelArch, ModelSpec
+from npuops.plan.model import ModelArch, ModelSpec, routed_weight_share
 from npuops.plan.performance import PerfInputs, predict
+from npuops.plan.quantization import matmul_speedup
 from npuops.plan.speculative import SpeculativePlan
 from npuops.plan.target import HardwareTarget
 
@@ -124,6 +125,9 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
         fixed_lengths=workload.fixed_lengths,
         spec_tokens=spec.num_tokens if spec else 0, spec_acceptance=spec.acceptance if spec else 0.0,
         draft_layers=spec.draft_layers if spec else 0, draft_weight_bytes=spec.draft_weight_bytes if spec else 0,
+        draft_parallel=spec.parallel if spec else False,
+        routed_weight_share=routed_weight_share(model.arch, s.act_bytes, model.quantization),
+        linear_speedup=matmul_speedup(model.quantization),
     )
 
 

@@ -20,6 +20,7 @@ from npuops.plan.quantization import (
     FLAG,
     CheckpointQuantization,
     normalise_quantization,
+    quantizes_experts_only,
     read_modelslim_description,
     read_quantization_config,
     weight_bytes_per_element,
@@ -27,34 +28,10 @@ from npuops.plan.quantization import (
 
 # Bytes per element for the dtype names config.json and safetensors use.
 DTYPE_BYTES: dict[str, float] = {
-    "float32": 4,
-    "float": 4,
-    "fp32": 4,
-    "f32": 4,
-    "bfloat16": 2,
-    "bf16": 2,
-    "float16": 2,
-    "half": 2,
-    "fp16": 2,
-    "f16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "f8_e4m3": 1,
-    "f8_e5m2": 1,
-    "int8": 1,
-    "i8": 1,
-    "u8": 1,
-    "uint8": 1,
-    "bool": 1,
-    "int16": 2,
-    "i16": 2,
-    "int32": 4,
-    "i32": 4,
-    "u32": 4,
-    "int64": 8,
-    "i64": 8,
-    "f64": 8,
-    "float64": 8,
+    **dict.fromkeys(("float32", "float", "fp32", "f32", "int32", "i32", "u32"), 4),
+    **dict.fromkeys(("bfloat16", "bf16", "float16", "half", "fp16", "f16", "int16", "i16"), 2),
+    **dict.fromkeys(("float8_e4m3fn", "float8_e5m2", "f8_e4m3", "f8_e5m2", "int8", "i8", "u8", "uint8", "bool"), 1),
+    **dict.fromkeys(("int64", "i64", "f64", "float64"), 8),
 }
 
 # A safetensors header above this is not a real checkpoint; reading it would only waste memory.
@@ -110,6 +87,11 @@ class ModelArch:
     # config.json's auto_map: the checkpoint ships Python code (its config class, tokenizer or model) that
     # transformers and vLLM load only with trust_remote_code.
     ships_code: bool = False
+    # Draft models: an EAGLE-3 head's own (reduced) vocabulary, the rows of its LM head (0: the vocab_size); and a
+    # parallel-drafting mask token in config.json (PARD's pard_token, ptd_token_id, DFlash's
+    # dflash_config.mask_token_id), with which vLLM proposes all k draft tokens in one forward of the draft.
+    draft_vocab_size: int = 0
+    parallel_draft: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -255,12 +237,25 @@ def dtype_bytes(dtype: str) -> float:
 
 def weight_bytes_from_arch(arch: ModelArch, dtype: str, quantization: str | None = None) -> int:
     """Bytes the weights take in memory: quantized linear layers shrink, embeddings and norms do not."""
+    return int(_served_bytes(arch, dtype_bytes(dtype), quantization)[0])
+
+
+def routed_weight_share(arch: ModelArch, act_bytes: float, quantization: str | None) -> float:
+    """Share of the served weight bytes that sit in routed experts (what a decode step reads only where routed)."""
+    total, routed = _served_bytes(arch, act_bytes, quantization)
+    return routed / total if total else 0.0
+
+
+def _served_bytes(arch: ModelArch, full: float, quantization: str | None) -> tuple[float, float]:
+    """(all, routed experts') weight bytes as served. A scheme vllm-ascend has a kernel for in the routed experts
+    only (W4A16) leaves attention, dense MLPs and shared experts in the activation dtype: only the experts shrink."""
     params = count_parameters(arch)
-    full = dtype_bytes(dtype)
+    routed = arch.num_moe_layers * arch.num_experts * 3 * arch.hidden_size * arch.moe_intermediate_size
     if quantization is None:
-        return int(params.total * full)
+        return params.total * full, routed * full
     per_linear = weight_bytes_per_element(quantization)
-    return int(params.linear * per_linear + (params.total - params.linear) * full)
+    quantized = routed if quantizes_experts_only(quantization) else params.linear
+    return quantized * per_linear + (params.total - quantized) * full, routed * per_linear
 
 
 @dataclass(frozen=True)
@@ -442,7 +437,17 @@ def arch_from_config(raw: Mapping[str, Any], where: str = "config.json") -> Mode
         attn_output_gate=bool(cfg.get("attn_output_gate", num_linear > 0)),
         ships_code=isinstance(raw.get("auto_map"), Mapping) and bool(raw.get("auto_map")),
         mtp_layers=_mtp_layers(cfg, where),
+        draft_vocab_size=optional("draft_vocab_size"), parallel_draft=_parallel_draft(cfg),
     )
+
+
+def _parallel_draft(cfg: Mapping[str, Any]) -> bool:
+    """Whether a draft model's config carries the mask token vLLM's parallel drafting reads (its proposer checks
+    dflash_config.mask_token_id, pard_token and ptd_token_id, in that order)."""
+    dflash = cfg.get("dflash_config")
+    if isinstance(dflash, Mapping) and "mask_token_id" in dflash:
+        return True
+    return cfg.get("pard_token") is not None or cfg.get("ptd_token_id") is not None
 
 
 def safetensors_tensor_bytes(path: Path) -> int:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from npuops.plan.constants import PerfConstants, perf_constants
-from npuops.plan.model import ModelArch, count_parameters
+from npuops.plan.model import ModelArch, count_parameters, routed_weight_share
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,15 @@ class PerfInputs:
     spec_acceptance: float = 0.0
     draft_layers: int = 0
     draft_weight_bytes: int = 0
+    # A parallel drafter (DFlash, DSpark, a PARD draft) proposes all K tokens in one forward of K tokens per
+    # sequence; the others run K forwards of one token each, one after another.
+    draft_parallel: bool = False
+    # How much faster than bf16 the quantized linear layers' matmuls run: int8 activations (W8A8, W4A8) take the
+    # cube unit's int8 path at its int8 rate (quantization.toml's matmul_speedup); 1.0 unquantized or weight-only.
+    linear_speedup: float = 1.0
+    # Share of weight_bytes in routed experts, as served (a W4A16 checkpoint's experts are a smaller share of its
+    # bytes than of its parameters); None (an older instance.json): their share of the parameters.
+    routed_weight_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """What a launched instance keeps (instance.json), so a bench predicts the configuration that runs."""
@@ -156,6 +165,8 @@ def step_overhead_s(arch: ModelArch, tp: int, pp: int, mode: str, kind: str, c: 
     }[mode]
     dense_layers = arch.num_layers - arch.num_moe_layers
     layer_cost = per_layer_us * (dense_layers + arch.num_moe_layers * c.moe_layer_overhead_factor)
+    # A MoE layer's routing, token permutation and grouped matmuls also take device time no graph removes.
+    layer_cost += arch.num_moe_layers * c.moe_layer_us
     allreduce = 0.0
     if tp > 1:
         allreduce = 2 * arch.num_layers * (c.allreduce_us + c.allreduce_us_per_doubling * math.log2(tp))
@@ -169,9 +180,9 @@ def _weights_read_per_step(p: PerfInputs, batch: float) -> float:
     per_device = p.weight_bytes / (p.tp * p.pp)
     if not arch.is_moe:
         return per_device
-    total = count_parameters(arch).total
-    routed = arch.num_moe_layers * arch.num_experts * 3 * arch.hidden_size * arch.moe_intermediate_size
-    routed_share = routed / total if total else 0.0
+    routed_share = p.routed_weight_share
+    if routed_share is None:
+        routed_share = routed_weight_share(arch, p.act_dtype_bytes, None)
     # Expected share of routed experts hit by `batch` tokens each picking k of E (uniform routing).
     k, e = arch.num_experts_per_tok, arch.num_experts
     hit: float = 1.0 - math.pow(1.0 - k / e, max(batch, 1.0))
@@ -187,6 +198,20 @@ def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
     return tokens * (2.0 * active + 4.0 * arch.num_layers * context * attn_width)
 
 
+def _matmul_flops(p: PerfInputs, tokens: float) -> float:
+    """The weights' FLOPs of `tokens` tokens in bf16-equivalent time: quantized linear layers with int8 activations
+    run at `linear_speedup`, the LM head and the rest in the activation dtype."""
+    counts = count_parameters(p.arch)
+    linear = 2.0 * counts.linear_active * tokens
+    return 2.0 * counts.active * tokens - linear + linear / p.linear_speedup
+
+
+def _prefill_time_flops(p: PerfInputs, tokens: float) -> float:
+    """prefill_flops of `tokens` prompt tokens (average context half the prompt), in bf16-equivalent time."""
+    weights = 2.0 * count_parameters(p.arch).active * tokens
+    return prefill_flops(p.arch, tokens, p.input_len / 2) - weights + _matmul_flops(p, tokens)
+
+
 def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 1.0,
                   interleave: bool = True) -> tuple[float, str]:
     """Time per output token of a decode step with `batch` sequences (with speculation: the verify step and its
@@ -199,34 +224,42 @@ def decode_step_s(p: PerfInputs, batch: float, c: PerfConstants, scale: float = 
 
 
 def _draft_s(p: PerfInputs, batch: float, c: PerfConstants) -> float:
-    """The K draft forwards of one speculative step: each runs the draft's layers over the batch (launch cost per
-    layer, its weights read once) and the proposer's host work; a text proposer (ngram, suffix) only the latter."""
+    """The draft forwards of one speculative step and the proposer's host work; a text proposer (ngram, suffix)
+    only the latter. A sequential drafter runs K forwards of one token per sequence, a parallel one (DFlash, PARD)
+    one forward of K tokens per sequence: each forward pays the draft's launch cost per layer and reads its weights
+    once, or computes its tokens, whichever is longer."""
     if p.kind == "cpu":
         host = (c.cpu_spec_host_us_per_seq * batch + c.cpu_spec_step_us) * 1e-6
     else:
         host = (c.spec_host_us_per_seq * batch + c.spec_step_us) * 1e-6
     if p.draft_layers <= 0:
         return host
-    _flops, bandwidth = _device_rates(p, c)
+    flops, bandwidth = _device_rates(p, c)
     per_layer = step_overhead_s(p.arch, p.tp, 1, p.mode, p.kind, c) / max(p.arch.num_layers, 1)
-    forward = p.draft_layers * per_layer + p.draft_weight_bytes / p.tp / (bandwidth * c.bandwidth_efficiency)
-    return p.spec_tokens * forward + host
+    forwards, tokens = (1, p.spec_tokens) if p.draft_parallel else (p.spec_tokens, 1)
+    memory = p.draft_weight_bytes / p.tp / (bandwidth * c.bandwidth_efficiency)
+    compute = 2.0 * p.draft_weight_bytes / p.act_dtype_bytes * batch * tokens / (p.tp * flops * c.decode_mfu)
+    # Besides its layers, every draft forward has a fixed cost of its own (the proposer prepares its positions,
+    # slots and attention metadata, then computes logits and samples): what makes K sequential forwards dearer
+    # than one parallel forward of K tokens.
+    return forwards * (p.draft_layers * per_layer + max(memory, compute) + c.spec_forward_us * 1e-6) + host
 
 
 def _verify_step_s(p: PerfInputs, batch: float, c: PerfConstants, interleave: bool) -> tuple[float, str]:
     """One forward step of `batch` sequences, each carrying 1 + K tokens (the drafts to verify)."""
     flops, bandwidth = _device_rates(p, c)
     context = p.input_len + p.output_len / 2
-    bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
+    # Each sequence carries 1 + K tokens, each routed to its own experts.
+    bytes_read = _weights_read_per_step(p, batch * (1 + p.spec_tokens)) + batch * context * p.kv_bytes_per_token
     # Stages run one after another for a given token, so PP does not shorten the per-token path.
     memory_s = p.pp * bytes_read / (bandwidth * c.bandwidth_efficiency)
-    compute_s = 2.0 * count_parameters(p.arch).active * batch * (1 + p.spec_tokens) / (p.tp * flops * c.decode_mfu)
+    compute_s = _matmul_flops(p, batch * (1 + p.spec_tokens)) / (p.tp * flops * c.decode_mfu)
     interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1) if interleave else 0.0
     if p.max_num_batched_tokens:
         interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
     # Interleaved prompt chunks ride in the same matmuls as the decode tokens: the step reads the weights once
     # and is bound by whichever of memory traffic and total compute is larger.
-    compute_s += prefill_flops(p.arch, interleaved_tokens, p.input_len / 2) / (p.tp * flops * c.prefill_mfu)
+    compute_s += _prefill_time_flops(p, interleaved_tokens) / (p.tp * flops * c.prefill_mfu)
     # The host schedules, samples and detokenizes every running sequence each step.
     per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
     overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * per_seq_us * 1e-6
@@ -239,7 +272,7 @@ def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
     weights (which the prompts of one step share)."""
     flops, bandwidth = _device_rates(p, c)
     tokens = prompts * p.input_len
-    compute = prefill_flops(p.arch, tokens, p.input_len / 2) / (p.tp * p.pp * flops * c.prefill_mfu)
+    compute = _prefill_time_flops(p, tokens) / (p.tp * p.pp * flops * c.prefill_mfu)
     memory = p.pp * _weights_read_per_step(p, tokens) / (bandwidth * c.bandwidth_efficiency)
     # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
     mode = "eager" if p.mode == "full_decode_only" else p.mode

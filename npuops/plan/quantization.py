@@ -38,6 +38,7 @@ class QuantScheme:
     families: Mapping[str, str]  # chip family -> first release
     why: str
     linear_removed_in: str | None = None
+    matmul_speedup: float = 1.0  # its linear matmuls' rate over bf16 (int8 activations: the int8 cube path)
 
     def runs_on(self, family: str, release: str) -> bool:
         since = self.families.get(family)
@@ -68,7 +69,7 @@ def schemes() -> dict[str, QuantScheme]:
     for name, raw in _table()["schemes"].items():
         out[name] = QuantScheme(name, float(raw["weight_bytes"]), str(raw["layers"]),
                                 {str(k): str(v) for k, v in raw["families"].items()}, str(raw["why"]),
-                                raw.get("linear_removed_in"))
+                                raw.get("linear_removed_in"), float(raw.get("matmul_speedup", 1.0)))
     return out
 
 
@@ -95,6 +96,16 @@ def normalise_quantization(value: str) -> str:
 
 def weight_bytes_per_element(name: str) -> float:
     return schemes()[name].weight_bytes
+
+
+def matmul_speedup(name: str | None) -> float:
+    """How much faster than bf16 the scheme's quantized linear layers compute (1.0 unquantized)."""
+    return schemes()[name].matmul_speedup if name else 1.0
+
+
+def quantizes_experts_only(name: str) -> bool:
+    """Whether vllm-ascend runs the scheme in the routed experts only (the rest of the model stays unquantized)."""
+    return schemes()[name].layers == "moe"
 
 
 def usable_schemes(family: str, release: str, is_moe: bool) -> list[str]:

@@ -18,7 +18,7 @@ from npuops.errors import BadInputError
 from npuops.plan.catalog import catalog_entry
 from npuops.plan.environment import parse_release
 from npuops.plan.memory import kv_bytes_per_token, kv_page_bytes_per_layer
-from npuops.plan.model import ModelSpec, mtp_layer_parameters
+from npuops.plan.model import ModelArch, ModelSpec, dtype_bytes, mtp_layer_parameters
 
 NONE = "none"
 # Draft tokens a plan proposes when the operator names a method without K: one for MTP (what vllm-ascend's
@@ -40,6 +40,7 @@ class SpecMethod:
     source: str
     legacy_name: str | None = None
     legacy_since: str | None = None
+    parallel: bool = False  # the proposer drafts all k tokens in one forward (block diffusion)
 
 
 @lru_cache(maxsize=1)
@@ -51,7 +52,8 @@ def _table() -> dict[str, Any]:
 def spec_methods() -> dict[str, SpecMethod]:
     return {name: SpecMethod(name=name, since=str(raw["since"]), draft=str(raw["draft"]),
                              acceptance=float(raw["acceptance"]), why=str(raw["why"]), source=str(raw["source"]),
-                             legacy_name=raw.get("legacy_name"), legacy_since=raw.get("legacy_since"))
+                             legacy_name=raw.get("legacy_name"), legacy_since=raw.get("legacy_since"),
+                             parallel=bool(raw.get("parallel", False)))
             for name, raw in _table()["methods"].items()}
 
 
@@ -96,6 +98,9 @@ class SpeculativePlan:
     draft_kv_bytes_per_token: int  # the draft's KV per token, unsplit
     why: str
     chosen_by_plan: bool = False
+    # One draft forward proposes all k tokens (a block-diffusion method, or a draft model whose config carries
+    # vLLM's parallel-drafting mask token, e.g. PARD); otherwise k forwards run one after another.
+    parallel: bool = False
 
     @property
     def tokens_per_step(self) -> float:
@@ -107,6 +112,8 @@ class SpeculativePlan:
         out: dict[str, Any] = {"method": self.config_method, "num_speculative_tokens": self.num_tokens}
         if self.draft_model:
             out["model"] = self.draft_model
+        if self.parallel and not spec_methods()[self.method].parallel:
+            out["parallel_drafting"] = True  # a PARD-style draft: vLLM's flag for one forward of k mask tokens
         return out
 
 
@@ -133,8 +140,28 @@ def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, 
     if method.draft == "model" and draft is not None:
         d = draft.arch
         weights = draft.weight_bytes or 0
+        if is_eagle3_head(d) and draft.weight_bytes_source == "architecture":
+            weights = int(eagle3_head_parameters(d) * dtype_bytes(d.torch_dtype))
         return d.num_layers, weights, kv_bytes_per_token(d, kv_dtype_bytes)
     return 0, 0, 0
+
+
+def is_eagle3_head(arch: ModelArch) -> bool:
+    return any("eagle3" in name.lower() for name in arch.architectures)
+
+
+def eagle3_head_parameters(d: ModelArch) -> int:
+    """Parameters of an EAGLE-3 head as vLLM loads it (Eagle3LlamaForCausalLM): fc fuses three of the target's
+    hidden states (3h -> h); the first layer's attention reads [embedding; hidden] (2h wide); the LM head has the
+    head's own draft vocabulary; the input embedding is the target's (vLLM shares it), so it is not counted."""
+    h = d.hidden_size
+    q_out, kv_out = d.num_attention_heads * d.head_dim, d.num_kv_heads * d.head_dim
+
+    def layer(width: int) -> int:
+        return width * (q_out + 2 * kv_out) + q_out * h + 3 * h * d.intermediate_size + 3 * h
+
+    layers = layer(2 * h) + max(d.num_layers - 1, 0) * layer(h)
+    return 3 * h * h + layers + (d.draft_vocab_size or d.vocab_size) * h + h
 
 
 def _tokens(method: SpecMethod, asked: int | None) -> int:
@@ -184,10 +211,11 @@ def plan_speculative(model: ModelSpec, *, npu: bool, release: str | None, asked:
         raise BadInputError(f"--spec-acceptance {acceptance} is not a rate", "give a number in (0, 1], e.g. 0.7")
     rate = acceptance if acceptance is not None else expected_acceptance(method.acceptance, tokens)
     layers, weights, kv = _draft_sizes(method, model, draft, kv_dtype_bytes)
+    parallel = method.parallel or (method.draft == "model" and draft is not None and draft.arch.parallel_draft)
     return SpeculativePlan(method=name, config_method=config_name, num_tokens=tokens, draft_model=_draft_ref(draft),
                            acceptance=rate, acceptance_source="flag" if acceptance is not None else "default",
                            draft_layers=layers, draft_weight_bytes=weights, draft_kv_bytes_per_token=kv,
-                           why=method.why, chosen_by_plan=chosen)
+                           why=method.why, chosen_by_plan=chosen, parallel=parallel)
 
 
 def _draft_ref(draft: ModelSpec | None) -> str | None:

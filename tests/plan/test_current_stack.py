@@ -10,8 +10,11 @@ import pytest
 from npuops.errors import BadInputError
 from npuops.plan.additional_config import check_keys, config_keys
 from npuops.plan.catalog import load_model
+from npuops.plan.constants import perf_constants
 from npuops.plan.environment import default_release, known_releases, parse_release
 from npuops.plan.inputs import PlanOptions, Workload
+from npuops.plan.model import ModelSpec, arch_from_config, count_parameters, routed_weight_share
+from npuops.plan.performance import prefill_s
 from npuops.plan.planner import make_plan
 from npuops.plan.quantization import (
     COMPRESSED_TENSORS,
@@ -22,7 +25,13 @@ from npuops.plan.quantization import (
     read_quantization_config,
     schemes,
 )
-from npuops.plan.speculative import capture_sizes_for, expected_acceptance, parse_speculative, spec_methods
+from npuops.plan.speculative import (
+    capture_sizes_for,
+    eagle3_head_parameters,
+    expected_acceptance,
+    parse_speculative,
+    spec_methods,
+)
 from npuops.plan.target import parse_hardware_spec
 from tests.support.npuops_cli import npuops as run_cli
 
@@ -139,6 +148,31 @@ def test_gptq_is_noted_as_not_running_on_ascend() -> None:
     assert found.scheme is None and found.unsupported_method == "gptq"
 
 
+def test_an_expert_only_scheme_shrinks_only_the_routed_experts() -> None:
+    """W4A16 has a kernel for the routed experts only (quantization.toml): attention, the dense layer and the shared
+    expert stay bf16, so the model is larger than an all-linear 4-bit scheme would make it, and its experts a
+    smaller share of its bytes than of its parameters."""
+    arch = load_model("kimi-k2-instruct").arch
+    counts = count_parameters(arch)
+    routed = arch.num_moe_layers * arch.num_experts * 3 * arch.hidden_size * arch.moe_intermediate_size
+    w4a16 = load_model("kimi-k2-instruct", "W4A16").weight_bytes
+    assert w4a16 == int(routed * 0.5 + (counts.total - routed) * 2)
+    assert w4a16 > load_model("kimi-k2-instruct", "W4A8_DYNAMIC").weight_bytes  # that one quantizes all linears
+    assert routed_weight_share(arch, 2, "W4A16") < routed / counts.total == routed_weight_share(arch, 2, None)
+    assert routed_weight_share(load_model("qwen3-8b").arch, 2, "W8A8") == 0.0
+
+
+def test_int8_activations_compute_at_the_int8_rate() -> None:
+    """W8A8 runs its linear matmuls on the int8 path (twice the fp16 rate); weight-only W8A16 computes in bf16."""
+    work = Workload(8192, 64)
+    w8a8 = make_plan(load_model("qwen3-32b", "W8A8"), A2, work, PlanOptions(tp=8))
+    w8a16 = make_plan(load_model("qwen3-32b", "W8A16"), A2, work, PlanOptions(tp=8))
+    assert w8a8.perf.linear_speedup == 2.0 and w8a16.perf.linear_speedup == 1.0
+    assert w8a8.memory.weights_bytes == w8a16.memory.weights_bytes  # the same bytes: only the compute differs
+    c = perf_constants()
+    assert prefill_s(w8a8.perf, c) < 0.75 * prefill_s(w8a16.perf, c)
+
+
 # --- speculative decoding -------------------------------------------------------------------------------------------
 
 def test_the_plan_takes_the_mtp_layers_a_checkpoint_ships() -> None:
@@ -204,6 +238,65 @@ def test_parse_speculative_and_capture_sizes() -> None:
     assert parse_speculative("eagle3:3") == ("eagle3", 3) and parse_speculative("deepseek_mtp") == ("mtp", None)
     assert expected_acceptance(0.5, 2) == pytest.approx((0.5 + 0.25) / 2)
     assert capture_sizes_for((1, 2, 4), None, 4) == (1, 2, 4)
+
+
+# AngelSlim's training config of its Qwen3-8B EAGLE-3 head (Tencent/AngelSlim
+# angelslim/compressor/speculative/train/configs/qwen3-8b-eagle3.json @ 1c786f25).
+EAGLE3_QWEN3_8B = {"architectures": ["Eagle3LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+                   "head_dim": 128, "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
+                   "num_hidden_layers": 1, "num_key_value_heads": 8, "vocab_size": 151936,
+                   "max_position_embeddings": 40960, "draft_vocab_size": 32000}
+
+
+def test_a_parallel_draft_runs_one_forward_for_all_its_tokens() -> None:
+    """A draft whose config carries vLLM's parallel-drafting mask token (PARD's pard_token) proposes all k tokens in
+    one forward: the plan says parallel_drafting and predicts one forward's cost, not k."""
+    base = load_model("llama-3.2-1b")
+    assert not base.arch.parallel_draft
+    pard = ModelSpec(arch=arch_from_config({**dict(TINY_LLAMA), **_llama_1b_config(), "pard_token": 128020}),
+                     weight_bytes=base.weight_bytes, weights_present=False, quantization=None, path=None,
+                     served_name="PARD-Llama-3.2-1B")
+    assert pard.arch.parallel_draft
+    one_stream = Workload(100, 256)
+    options = {"speculative": "draft_model:8", "vllm_ascend_version": "0.17.0rc1", "spec_acceptance": 0.3}
+    parallel = make_plan(load_model("llama-3.1-8b"), A2, one_stream, PlanOptions(draft=pard, **options))
+    sequential = make_plan(load_model("llama-3.1-8b"), A2, one_stream, PlanOptions(draft=base, **options))
+    assert parallel.speculative is not None and parallel.speculative.parallel and parallel.perf.draft_parallel
+    assert parallel.server.speculative_config is not None
+    assert parallel.server.speculative_config["parallel_drafting"] is True
+    assert "one forward drafts all K" in parallel.explanation("speculative_config").why
+    assert sequential.server.speculative_config is not None
+    assert "parallel_drafting" not in sequential.server.speculative_config
+    # Eight sequential forwards of the 16-layer draft pay eight times the per-forward cost that one does.
+    gap_ms = sequential.prediction.tpot_ms - parallel.prediction.tpot_ms
+    assert gap_ms * (1 + 8 * 0.3) > 7 * perf_constants().spec_forward_us / 1e3
+    # A block-diffusion method is parallel by itself, without the flag.
+    assert spec_methods()["dflash"].parallel and not spec_methods()["eagle3"].parallel
+    assert arch_from_config({**TINY_LLAMA, "dflash_config": {"mask_token_id": 7}}).parallel_draft
+
+
+def _llama_1b_config() -> dict[str, object]:
+    arch = load_model("llama-3.2-1b").arch
+    return {"hidden_size": arch.hidden_size, "intermediate_size": arch.intermediate_size,
+            "num_attention_heads": arch.num_attention_heads, "num_key_value_heads": arch.num_kv_heads,
+            "num_hidden_layers": arch.num_layers, "vocab_size": arch.vocab_size, "head_dim": arch.head_dim,
+            "tie_word_embeddings": True}
+
+
+def test_an_eagle3_head_counts_its_own_vocabulary_and_fused_input() -> None:
+    """An EAGLE-3 head's LM head has its draft vocabulary (32000 rows, not 151936), its first layer reads
+    [embedding; hidden] (2h wide), fc fuses three target layers, and the embedding is the target's."""
+    arch = arch_from_config(EAGLE3_QWEN3_8B)
+    assert arch.draft_vocab_size == 32000
+    h = 4096
+    layer = 2 * h * (4096 + 2 * 1024) + 4096 * h + 3 * h * 12288 + 3 * h
+    assert eagle3_head_parameters(arch) == 3 * h * h + layer + 32000 * h + h
+    head = ModelSpec(arch=arch, weight_bytes=None, weights_present=False, quantization=None, path=None,
+                     served_name="AngelSlim/Qwen3-8B_eagle3")
+    plan = make_plan(load_model("qwen3-8b"), A2, LOAD, PlanOptions(speculative="eagle3:3", draft=head))
+    assert plan.speculative is not None and plan.speculative.draft_layers == 1
+    assert plan.speculative.draft_weight_bytes == eagle3_head_parameters(arch) * 2
+    assert plan.speculative.draft_weight_bytes < 0.4 * count_parameters(arch).total * 2  # not the full vocab twice
 
 
 # --- additional_config ----------------------------------------------------------------------------------------------
