@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from npuops.instance.control import port_taken
+
 
 @dataclass(frozen=True)
 class Seen:
@@ -67,6 +69,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_run(count: int, host: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive TCP ports free on `host` right now (an instance with a router: the router's
+    port, its parts' after it, then the router's metrics)."""
+    while True:
+        base = free_port(host)
+        if base < 65535 - count and not any(port_taken(host, base + i) for i in range(1, count)):
+            return base
 
 
 def http_request(url: str, *, data: Mapping[str, Any] | None = None, timeout: float = 30.0) -> tuple[int, bytes]:

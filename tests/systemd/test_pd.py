@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from npuops.instance.control import port_taken
-from tests.support.http_server import free_port
+from tests.support.http_server import free_port_run
 from tests.support.systemd import ServingNode
 from tests.systemd.test_lifecycle import status, wait_for
 from tests.systemd.test_router import _request
@@ -50,10 +49,7 @@ def _counter(port: int, name: str, labels: str = "") -> float:
 @pytest.fixture(scope="module")
 def port() -> int:
     # The router's port, the prefill and decode engines' (port+1, port+2) and the router's metrics (port+3).
-    while True:
-        base = free_port()
-        if base < 65000 and not any(port_taken("127.0.0.1", base + i) for i in range(1, 4)):
-            return base
+    return free_port_run(4)
 
 
 def test_launch_pd_starts_a_prefill_and_a_decode_engine_behind_a_pd_router(serving_node: ServingNode,

@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 
 from npuops.httpclient import http_request
-from npuops.instance.control import port_taken
-from tests.support.http_server import free_port
+from tests.support.http_server import free_port_run
 from tests.support.systemd import ServingNode
 from tests.systemd.test_lifecycle import status, wait_for
 
@@ -72,10 +71,7 @@ def _served(port: int) -> float:
 @pytest.fixture(scope="module")
 def port() -> int:
     # The router's port, the replicas' (port+1, port+2) and the router's metrics port (port+3).
-    while True:
-        base = free_port()
-        if base < 65000 and not any(port_taken("127.0.0.1", base + i) for i in range(1, 4)):
-            return base
+    return free_port_run(4)
 
 
 def _parts(node: ServingNode) -> dict[str, dict[str, Any]]:
