@@ -4,7 +4,8 @@ and reports every port before and after.
 
 One story on one host: --check --diff shows what would be set and sets nothing -> the first run sets all 8 ports
 -> a re-run changes nothing -> one changed address changes one port -> a port whose link stays down fails the host
-with its NPU named; an address outside its netmask is refused before the host is touched.
+with its NPU named; an address outside its netmask is refused before the host is touched, and a host without
+hccn_tool is told to install the driver.
 """
 
 from __future__ import annotations
@@ -102,3 +103,9 @@ def test_an_address_outside_its_netmask_is_refused_before_the_host_is_touched(tm
     proc = npuops("provision", "-i", str(target.inventory), "--no-hardware-check", "--tags", "npu-network",
                   "--artifacts", str(target.artifacts))
     assert proc.returncode == 3 and "no host of the inventory gives NPU port addresses" in proc.stderr
+    # A host without the driver's hccn_tool fails with what to install.
+    (target.install_path / "driver/tools/hccn_tool").unlink()
+    target.write_inventory(**NETWORK)
+    rc, report, _ = _provision(target, "--json")
+    host = report["hosts"]["localhost"]
+    assert rc == 1 and "hccn_tool not found" in host["message"] and "--tags driver" in host["message"], host

@@ -47,7 +47,9 @@ def main() -> None:
     )
     tool = module.params["hccn_tool"]
     if not os.access(tool, os.X_OK):
-        module.fail_json(msg=f"hccn_tool not found at {tool}", missing=True)
+        module.fail_json(msg=f"hccn_tool not found at {tool}: install the NPU driver first (npuops provision --tags "
+                             "driver; hccn_tool ships in its tools/), or set npuops_hccn_tool to where it is",
+                         missing=True)
     results = []
     for call in module.params["calls"]:
         args = [str(arg) for arg in call]
