@@ -274,10 +274,10 @@ def peer_address(member: InventoryHost) -> str:
     return member.name if "{{" in member.address else member.address
 
 
-def member_npu_ips(member: InventoryHost, node: Node | None) -> dict[str, str]:
-    """A member's NPU NIC addresses by device id: the inventory's, when it gives them (what `npuops provision --tags
-    npu-network` sets: one source for the role, the network checks and a launch), else its node model's. Pure."""
-    planned = npu_ips_of(member.name, member.vars)
+def member_npu_ips(planned: Mapping[int, str] | None, node: Node | None) -> dict[str, str]:
+    """A member's NPU NIC addresses by device id: the inventory's (`planned`), when it gives them (what `npuops
+    provision --tags npu-network` sets: one source for the role, the network checks and a launch), else its node
+    model's. Pure."""
     if planned is not None:
         return {str(device): address for device, address in planned.items()}
     return chip_nic_ips(node)
@@ -288,14 +288,16 @@ def build_peers(members: Sequence[InventoryHost], nodes: Mapping[str, Node | Non
     and NPU NIC addresses (`member_npu_ips`), the member's own addresses when the inventory gives them (its hccn-ip
     check compares its NICs with them), and the local interface that reaches the others when the member's node
     model shows one. Pure."""
+    planned = {m.name: npu_ips_of(m.name, m.vars) for m in members}
     peers: dict[str, dict[str, Any]] = {}
     for member in members:
         others = [m for m in members if m.name != member.name]
         value: dict[str, Any] = {"peers": [{"name": m.name, "address": peer_address(m), "port": m.port,
-                                            "npu_ips": member_npu_ips(m, nodes.get(m.name))} for m in others]}
-        own = npu_ips_of(member.name, member.vars)
+                                            "npu_ips": member_npu_ips(planned[m.name], nodes.get(m.name))}
+                                           for m in others]}
+        own = planned[member.name]
         if own:
-            value = {"npu_ips": {str(device): address for device, address in own.items()}, **value}
+            value = {"npu_ips": member_npu_ips(own, None), **value}
         ifname = local_interface_for(nodes.get(member.name), [peer_address(m) for m in others])
         if ifname:
             value = {"ifname": ifname, **value}

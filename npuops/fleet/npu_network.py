@@ -34,7 +34,7 @@ match that of the configured ip adress!"); the detect address is what `-net_heal
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,7 +242,6 @@ def _check_port(host: str, port: NpuPort) -> None:
     address = ipaddress.IPv4Address(port.address)
     network = port.network
     label = f"device {port.device} {port.address}/{network.prefixlen}"
-    _check_inside(host, port.device, address, network)
     if address.is_loopback or address.is_multicast or address.is_unspecified or address.is_link_local:
         raise _problem(host, f"{label} is not a unicast address a port can have", "use a private unicast address")
     if port.gateway is not None and port.gateway == port.address:
@@ -252,12 +251,9 @@ def _check_port(host: str, port: NpuPort) -> None:
                        "the detect address is one the port probes: the gateway, or a peer's NPU port")
 
 
-def _subnets(ports: Sequence[NpuPort]) -> list[ipaddress.IPv4Network]:
-    return [port.network for port in ports]
-
-
 def check_host(network: HostNpuNetwork) -> None:
-    """The family's rules on one host's ports (see the module's docstring). Pure; raises BadInputError."""
+    """The family's rules on one host's ports (see the module's docstring; each address inside its subnet is checked
+    as the ports are built). Pure; raises BadInputError."""
     host, family, ports = network.host, network.family, network.ports
     if len(ports) not in ALLOWED_PORTS[family]:
         allowed = ALLOWED_PORTS[family]
@@ -266,7 +262,7 @@ def check_host(network: HostNpuNetwork) -> None:
                        f"give one address per NPU port ({FAMILY} {family}), or set {FAMILY}")
     for port in ports:
         _check_port(host, port)
-    subnets = _subnets(ports)
+    subnets = [port.network for port in ports]
     if family == "A2" and len(set(subnets)) > 1:
         raise _problem(host, "the NPU ports of an A2 node span subnets "
                        f"{', '.join(sorted({str(s) for s in subnets}))}", "put every NPU port of an A2 node in one "
