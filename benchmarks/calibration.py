@@ -71,6 +71,10 @@ class Anchor:
     # vllm-ascend turned from vLLM's FULL_AND_PIECEWISE into PIECEWISE up to 0.22 (vllm_ascend/platform.py,
     # check_and_update_config, at v0.13.0 .. v0.20.2rc1) and keeps for decode from 0.23.0.
     graph_mode: str | None = None
+    nodes: int = 1  # nodes of `hardware` each (one data-parallel deployment over all of them)
+    # False: the source split every expert over the TP group (no --enable-expert-parallel) where a plan would use
+    # expert parallelism.
+    expert_parallel: bool = True
 
 
 ANCHORS: tuple[Anchor, ...] = (
@@ -285,6 +289,21 @@ def _s9(anchor_id: str, concurrency: int, tpot_ms: float, quantization: str | No
                   quantization=quantization, baseline=baseline)
 
 
+def _s22(anchor_id: str, hardware: str, tp: int, nodes: int, published: tuple[float, float, float],
+         layout: str) -> Anchor:
+    """vllm-ascend PR #7265 (its head commit c52a93c6, a tutorial not merged): Qwen3.5-397B-A17B W8A8, text only,
+    8192 in / 1024 out at concurrency 7, 28 prompts (AISBench), FULL_DECODE_ONLY, max-num-batched-tokens 16384,
+    no MTP; mean TTFT, mean TPOT and output throughput as published."""
+    ttft, tpot, throughput = published
+    return Anchor(anchor_id, "qwen3.5-397b-a17b", hardware, tp, "0.15.0rc1", 8192, 1024, 7,
+                  {"ttft_ms": ttft, "tpot_ms": tpot, "output_tokens_per_s": throughput},
+                  f"{layout}; vllm-ascend 0.14.0rc2.dev119 (a build of main, 2026-03) read as 0.15.0rc1; the "
+                  "published totals (8.01 input per output token, 28 x 1024 tokens in 170 s) say four waves of 7 "
+                  "fixed-length requests; the checkpoint's W8A8 read as ModelSlim's W8A8",
+                  quantization="W8A8", max_num_seqs=64, max_num_batched_tokens=16384, fixed_lengths=True,
+                  graph_mode="full_decode_only", nodes=nodes)
+
+
 def _skip(anchor_id: str, reason: str) -> Anchor:
     return Anchor(anchor_id, "qwen3-8b", "910B3x1", 1, "0.23.0", 0, 0, 0, {}, skip=reason)
 
@@ -322,9 +341,12 @@ def _draft(name: str | None) -> ModelSpec | None:
 # be5b66de, PR #6323); S2 PR #6766 (commit df1ee807); S3 PR #8118 (commit 36b1e040); S4 the Kimi-K2-Thinking
 # tutorial (docs/source/tutorials/models/Kimi-K2-Thinking.md, commit b80d4e62); S5 PR #7474 (commit 2965280b);
 # S6 PR #1353 (commit 0fc9b56d, its "Before Improvement" run); S7 PR #9008 (commit b2bee9a4); S9 issue #2514;
-# S10 issue #16637 (all github.com/vllm-project/vllm-ascend). The research notes behind the selection, with the
-# rows not placed: /work/notes/anchors-research.md. The speculative and quantized rows of vllm-ascend's nightly CI
-# configs (tests/e2e/nightly/...) are deliberately not used: they are kept aside to score the model.
+# S10 issue #16637; S22 PR #7265 (commit c52a93c6) (all github.com/vllm-project/vllm-ascend). S10's issue is newer
+# than the stored corpora (which end near #14760, 2026-08): its figures are as first read, not re-read since. The
+# research notes behind the selection, with the rows not placed: /work/notes/anchors-research.md, hybrid-anchors.md
+# (S22, S23) and ep-anchors.md (S6's expert layout, the EP sweeps). The speculative and quantized rows of
+# vllm-ascend's nightly CI configs (tests/e2e/nightly/...) are deliberately not used: they are kept aside to score
+# the model.
 SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
     *_s1("a", "GSM8K", 1, 67, 1570, (55.5, 18.0), (35.7, 28.5), 0.311),
     *_s1("b", "HumanEval", 1, 150, 2700, (55.1, 18.1), (37.9, 26.3), 0.270),
@@ -359,8 +381,10 @@ SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
            "first release with the commit; DeepSeek-R1-W8A8 (ModelSlim) read as W8A8_DYNAMIC on the DeepSeek-V3 "
            "architecture, no MTP; rate 1 capped at max-concurrency 24: 24 in flight, arriving staggered; torchair "
            "graph mode (the whole decode step one graph) read as FULL_DECODE_ONLY; the Ascend scheduler read as "
-           "vLLM's",
-           quantization="W8A8_DYNAMIC", max_num_seqs=24, max_num_batched_tokens=8192, graph_mode="full_decode_only"),
+           "vLLM's; no expert parallelism (the run sets expert_tensor_parallel_size 16 without "
+           "--enable-expert-parallel: every expert split 16 ways, the all-gather path)",
+           quantization="W8A8_DYNAMIC", max_num_seqs=24, max_num_batched_tokens=8192, graph_mode="full_decode_only",
+           expert_parallel=False),
     Anchor("S7", "qwen3-14b", "910B3x1", 1, "0.19.1rc1", 128, 100, 1,
            {"ttft_ms": 330.0, "tpot_ms": 39.0},
            "chip not published, read as 910B3; vLLM v0.19.1 read as 0.19.1rc1; sonnet 128 in / 100 out at 2 "
@@ -397,6 +421,13 @@ SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
     _skip("S19", "Qwen3.5 MTP rejection-sampler variants (PR #9772): no hardware or workload published"),
     _skip("S20", "Qwen3-30B-A3B W8A8 TP2 (issue #3231): lengths not published and the bf16 half not readable"),
     _skip("S21", "Gemma4-31B BF16 against W8A8 (issue #9750): Gemma4 is not in the catalog"),
+    _s22("S22a", "Ascend910x16", 16, 1, (2730.0, 39.0, 168.19), "one Atlas 800 A3: TP16 + EP16"),
+    _s22("S22b", "910B3x8", 8, 2, (5880.0, 40.8, 150.31),
+         "two Atlas 800 A2 (64 GB cards, the tutorial's requirement; the chip not named): DP2 x TP8 + EP16, the "
+         "expert all-to-all crossing the nodes' RoCE"),
+    _skip("S23", "Qwen3.5-35B-A3B against Qwen3-30B-A3B, DP2 x TP2 + EP, 4096/2048 at 32 (commit 92616f3a, PR "
+          "#13946: mean TTFT 3963 against 2355 ms, TPOT 27.19 against 24.96 ms): Qwen3.5-35B-A3B is not in the "
+          "catalog and the chip is not named; it corroborates the hybrid's slower prefill (S10, S22)"),
 )
 
 
@@ -416,7 +447,7 @@ def _plan(anchor: Anchor) -> Plan:
     model = load_model(anchor.model, anchor.quantization)
     if anchor.kv_cache:
         model = replace(model, kv_cache_quantization=anchor.kv_cache)
-    target = parse_hardware_spec(anchor.hardware)
+    target = parse_hardware_spec(anchor.hardware, nodes=anchor.nodes)
     workload = Workload(anchor.input_len, anchor.output_len, anchor.concurrency, anchor.request_rate, "throughput",
                         fixed_lengths=anchor.fixed_lengths)
     # vLLM's defaults of the time: up to 256 running sequences, and a 2048-token step budget for online serving
@@ -426,7 +457,7 @@ def _plan(anchor: Anchor) -> Plan:
     options = PlanOptions(
         tp=anchor.tp, vllm_ascend_version=anchor.release, max_num_seqs=anchor.max_num_seqs,
         max_num_batched_tokens=batched, speculative=anchor.speculative or "none", spec_acceptance=anchor.acceptance,
-        replicas=anchor.replicas, draft=_draft(anchor.draft),
+        replicas=anchor.replicas, draft=_draft(anchor.draft), multinode="dp" if anchor.nodes > 1 else "auto",
     )
     return make_plan(model, target, workload, options)
 
@@ -434,6 +465,8 @@ def _plan(anchor: Anchor) -> Plan:
 def _perf(anchor: Anchor) -> PerfInputs:
     """The plan's performance inputs, in the graph mode the source ran."""
     perf = _plan(anchor).perf
+    if not anchor.expert_parallel:
+        perf = replace(perf, expert_parallel_size=1)
     return replace(perf, mode=anchor.graph_mode) if anchor.graph_mode else perf
 
 

@@ -14,7 +14,7 @@ from npuops.plan.inputs import Workload
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelArch, ModelSpec, routed_weight_share
 from npuops.plan.performance import PerfInputs, predict
-from npuops.plan.quantization import matmul_speedup
+from npuops.plan.quantization import expert_decode_factor, matmul_speedup
 from npuops.plan.speculative import SpeculativePlan
 from npuops.plan.target import HardwareTarget
 
@@ -128,6 +128,7 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
         draft_parallel=spec.parallel if spec else False,
         routed_weight_share=routed_weight_share(model.arch, s.act_bytes, model.quantization),
         linear_speedup=matmul_speedup(model.quantization),
+        expert_decode_factor=expert_decode_factor(model.quantization) if model.arch.is_moe else 1.0,
     )
 
 

@@ -4,8 +4,10 @@ The model (constants in npuops/data/perf_model.toml):
 
 * A decode step reads every weight on the device once, plus the KV cache of every running sequence, from
   HBM: time = bytes / (bandwidth x efficiency). At large batch the matmuls turn compute-bound instead.
+* MoE layers only read the experts the batch routes to; with expert parallelism each device holds whole experts
+  and the step waits for the device the batch hits most. Weight-only int4 experts cost their dequantized size.
 * Prefill is compute-bound: 2 x active parameters x tokens, plus attention's 4 x layers x context x width,
-  over TP x FLOPS x MFU.
+  over TP x FLOPS x MFU, plus a per-token cost of MoE routing and of linear-attention (Gated DeltaNet) layers.
 * Every step also pays a host/launch cost per layer that depends on the execution mode (eager, ACL piecewise
   graphs, FULL_DECODE_ONLY) and, with TP > 1, two all-reduces per layer whose latency grows with the group.
   This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (perf-anchors.md, C6).
@@ -72,6 +74,12 @@ class PerfInputs:
     # Share of weight_bytes in routed experts, as served (a W4A16 checkpoint's experts are a smaller share of its
     # bytes than of its parameters); None (an older instance.json): their share of the parameters.
     routed_weight_share: float | None = None
+    # Devices that each hold whole routed experts (vLLM's --enable-expert-parallel: TP x DP of the engine); 1: every
+    # expert is split over the TP group instead (vllm-ascend's expert_tensor_parallel_size, the all-gather path).
+    expert_parallel_size: int = 1
+    # What a decode step's routed experts cost over their bytes in memory (quantization.toml expert_decode_bytes:
+    # weight-only int4 experts are dequantized to bf16 before the matmul).
+    expert_decode_factor: float = 1.0
 
     def to_json(self) -> dict[str, Any]:
         """What a launched instance keeps (instance.json), so a bench predicts the configuration that runs."""
@@ -186,16 +194,47 @@ def _weights_read_per_step(p: PerfInputs, batch: float) -> float:
     # Expected share of routed experts hit by `batch` tokens each picking k of E (uniform routing).
     k, e = arch.num_experts_per_tok, arch.num_experts
     hit: float = 1.0 - math.pow(1.0 - k / e, max(batch, 1.0))
-    return per_device * ((1.0 - routed_share) + routed_share * hit)
+    routed_cost = routed_share * p.expert_decode_factor
+    ep = p.expert_parallel_size
+    if ep <= 1 or e % ep:
+        return per_device * ((1.0 - routed_share) + routed_cost * hit)
+    # Expert parallel: each device holds E/ep whole experts and the step waits for the device the batch hits most.
+    # The tokens of the whole EP group route together (DP ranks of one engine step in lockstep).
+    group_hit = 1.0 - math.pow(1.0 - k / e, max(batch * ep / (p.tp * p.pp), 1.0))
+    expert_bytes = p.weight_bytes * routed_cost / e / p.pp
+    return per_device * (1.0 - routed_share) + expert_bytes * expected_busiest(e // ep, group_hit, ep)
+
+
+def expected_busiest(experts: int, hit: float, devices: int) -> float:
+    """Expected most experts hit on one of `devices` devices of `experts` each, each expert hit with chance `hit`
+    (independently): E[max] = sum over m of P(max >= m) = 1 - P(one device < m) ** devices."""
+    cdf, total = 0.0, 0.0
+    for m in range(experts):
+        cdf += math.comb(experts, m) * hit ** m * (1.0 - hit) ** (experts - m)
+        total += 1.0 - min(cdf, 1.0) ** devices
+    return total
 
 
 def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
-    """FLOPs to prefill `tokens` tokens whose average attended context is `context`."""
+    """FLOPs to prefill `tokens` tokens whose average attended context is `context` (only full-attention layers
+    attend to the context; a linear-attention layer's recurrence is in _prefill_token_work_s)."""
     active = count_parameters(arch).active
     attn_width = arch.num_attention_heads * (
         (arch.qk_nope_head_dim + arch.qk_rope_head_dim) if arch.is_mla else arch.head_dim
     )
-    return tokens * (2.0 * active + 4.0 * arch.num_layers * context * attn_width)
+    return tokens * (2.0 * active + 4.0 * arch.kv_cache_layers * context * attn_width)
+
+
+def _prefill_token_work_s(p: PerfInputs, tokens: float, c: PerfConstants) -> float:
+    """Device time of `tokens` prompt tokens beside their matmuls, which no FLOPs rate carries: a MoE layer routes,
+    permutes and dispatches every token (on each device of the group, which all see every token), and a Gated
+    DeltaNet layer runs its chunked recurrence, convolution and gating kernels per token (heads split over TP)."""
+    if p.kind == "cpu":
+        return 0.0
+    arch = p.arch
+    per_token_us = (arch.num_moe_layers * c.moe_prefill_token_us
+                    + arch.num_linear_layers * c.linear_attention_prefill_token_us / p.tp)
+    return tokens * per_token_us * 1e-6
 
 
 def _matmul_flops(p: PerfInputs, tokens: float) -> float:
@@ -259,7 +298,8 @@ def _verify_step_s(p: PerfInputs, batch: float, c: PerfConstants, interleave: bo
         interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
     # Interleaved prompt chunks ride in the same matmuls as the decode tokens: the step reads the weights once
     # and is bound by whichever of memory traffic and total compute is larger.
-    compute_s += _prefill_time_flops(p, interleaved_tokens) / (p.tp * flops * c.prefill_mfu)
+    compute_s += (_prefill_time_flops(p, interleaved_tokens) / (p.tp * flops * c.prefill_mfu)
+                  + _prefill_token_work_s(p, interleaved_tokens, c))
     # The host schedules, samples and detokenizes every running sequence each step.
     per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
     overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * per_seq_us * 1e-6
@@ -272,7 +312,8 @@ def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
     weights (which the prompts of one step share)."""
     flops, bandwidth = _device_rates(p, c)
     tokens = prompts * p.input_len
-    compute = _prefill_time_flops(p, tokens) / (p.tp * p.pp * flops * c.prefill_mfu)
+    compute = (_prefill_time_flops(p, tokens) / (p.tp * p.pp * flops * c.prefill_mfu)
+               + _prefill_token_work_s(p, tokens, c))
     memory = p.pp * _weights_read_per_step(p, tokens) / (bandwidth * c.bandwidth_efficiency)
     # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
     mode = "eager" if p.mode == "full_decode_only" else p.mode
@@ -413,7 +454,9 @@ def roofline(p: PerfInputs, c: PerfConstants | None = None) -> Roofline:
     busy = float(min(max(p.replicas, 1), concurrency))
     batch = max(1.0, min(concurrency / busy, _slots_per_replica(p)))
     context = p.input_len + p.output_len / 2
-    bytes_read = _weights_read_per_step(p, batch) + batch * context * p.kv_bytes_per_token
+    # The bytes themselves, at the hardware's bandwidth: not what a dequantizing kernel makes of them.
+    bytes_read = (_weights_read_per_step(replace(p, expert_decode_factor=1.0), batch)
+                  + batch * context * p.kv_bytes_per_token)
     fastest_step = p.pp * bytes_read / bandwidth
     return Roofline(decode_tokens_per_s=busy * batch / fastest_step, prefill_flops_per_s=p.tp * p.pp * flops,
                     bandwidth_bytes_per_s=bandwidth, batch=batch, busy_replicas=busy)

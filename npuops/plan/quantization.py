@@ -39,6 +39,9 @@ class QuantScheme:
     why: str
     linear_removed_in: str | None = None
     matmul_speedup: float = 1.0  # its linear matmuls' rate over bf16 (int8 activations: the int8 cube path)
+    # Bytes per routed-expert weight a decode step costs, where the kernel converts the weights before the cube
+    # multiplies them (weight-only int4 experts); None: what they take in memory.
+    expert_decode_bytes: float | None = None
 
     def runs_on(self, family: str, release: str) -> bool:
         since = self.families.get(family)
@@ -69,7 +72,8 @@ def schemes() -> dict[str, QuantScheme]:
     for name, raw in _table()["schemes"].items():
         out[name] = QuantScheme(name, float(raw["weight_bytes"]), str(raw["layers"]),
                                 {str(k): str(v) for k, v in raw["families"].items()}, str(raw["why"]),
-                                raw.get("linear_removed_in"), float(raw.get("matmul_speedup", 1.0)))
+                                raw.get("linear_removed_in"), float(raw.get("matmul_speedup", 1.0)),
+                                float(raw["expert_decode_bytes"]) if "expert_decode_bytes" in raw else None)
     return out
 
 
@@ -101,6 +105,15 @@ def weight_bytes_per_element(name: str) -> float:
 def matmul_speedup(name: str | None) -> float:
     """How much faster than bf16 the scheme's quantized linear layers compute (1.0 unquantized)."""
     return schemes()[name].matmul_speedup if name else 1.0
+
+
+def expert_decode_factor(name: str | None) -> float:
+    """What a decode step's routed experts cost over their bytes in memory (1.0 but for weight-only experts that
+    the kernel dequantizes to the activation dtype first)."""
+    scheme = schemes()[name] if name else None
+    if scheme is None or scheme.expert_decode_bytes is None:
+        return 1.0
+    return scheme.expert_decode_bytes / scheme.weight_bytes
 
 
 def quantizes_experts_only(name: str) -> bool:
