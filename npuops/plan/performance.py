@@ -228,12 +228,14 @@ def prefill_flops(arch: ModelArch, tokens: float, context: float) -> float:
 def _prefill_token_work_s(p: PerfInputs, tokens: float, c: PerfConstants) -> float:
     """Device time of `tokens` prompt tokens beside their matmuls, which no FLOPs rate carries: a MoE layer routes,
     permutes and dispatches every token (on each device of the group, which all see every token), and a Gated
-    DeltaNet layer runs its chunked recurrence, convolution and gating kernels per token (heads split over TP)."""
+    DeltaNet layer runs its chunked recurrence, convolution and gating per token and value head (heads split over
+    TP: the state each head carries is what the kernels stream)."""
     if p.kind == "cpu":
         return 0.0
     arch = p.arch
+    value_heads_per_device = arch.linear_num_value_heads / p.tp
     per_token_us = (arch.num_moe_layers * c.moe_prefill_token_us
-                    + arch.num_linear_layers * c.linear_attention_prefill_token_us / p.tp)
+                    + arch.num_linear_layers * value_heads_per_device * c.linear_attention_prefill_token_us)
     return tokens * per_token_us * 1e-6
 
 

@@ -28,6 +28,7 @@ REQUIRED = [
     "glm-4-9b",
     "llama-2-13b-chat",
     "qwen3.5-27b",
+    "qwen3.5-35b-a3b",
     "qwen3.5-122b-a10b",
     "qwen3.5-397b-a17b",
     "glm-5",

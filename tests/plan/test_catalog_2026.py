@@ -23,6 +23,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "models"
 # name: (MoE, MLA, layers, layers with a per-token KV cache, MTP layers, routed experts, DSA indexer heads)
 EXPECTED = {
     "qwen3.5-27b": (False, False, 64, 16, 1, 0, 0),
+    "qwen3.5-35b-a3b": (True, False, 40, 10, 1, 256, 0),
     "qwen3.5-122b-a10b": (True, False, 48, 12, 1, 256, 0),
     "qwen3.5-397b-a17b": (True, False, 60, 15, 1, 512, 0),
     "glm-5": (True, True, 78, 78, 1, 256, 32),

@@ -152,7 +152,8 @@ def test_weight_only_int4_experts_decode_at_their_dequantized_cost() -> None:
 
 def test_hybrid_and_moe_prefill_pay_a_cost_per_token() -> None:
     """Gated DeltaNet layers and MoE routing cost device time per prompt token beyond the matmuls' FLOPs; the linear
-    attention part shrinks with TP (heads split), a dense full-attention model pays neither."""
+    attention part follows the value heads on a device (fewer with more TP), a dense full-attention model pays
+    neither."""
     c = perf_constants()
     hybrid = _perf("qwen3.5-397b-a17b", quantization="W8A8", input_len=16384)  # compute-bound
     none = replace(c, moe_prefill_token_us=0.0, linear_attention_prefill_token_us=0.0)
@@ -160,7 +161,7 @@ def test_hybrid_and_moe_prefill_pay_a_cost_per_token() -> None:
     extra = prefill_s(hybrid, c) - prefill_s(hybrid, none)
     arch = hybrid.arch
     per_token = arch.num_moe_layers * c.moe_prefill_token_us + arch.num_linear_layers * (
-        c.linear_attention_prefill_token_us / hybrid.tp)
+        arch.linear_num_value_heads / hybrid.tp * c.linear_attention_prefill_token_us)
     assert extra == pytest.approx(hybrid.input_len * per_token * 1e-6, rel=1e-6)
     wider = replace(hybrid, tp=32)
     assert prefill_s(wider, c) - prefill_s(wider, none) < extra
