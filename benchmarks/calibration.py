@@ -72,9 +72,9 @@ class Anchor:
     # check_and_update_config, at v0.13.0 .. v0.20.2rc1) and keeps for decode from 0.23.0.
     graph_mode: str | None = None
     nodes: int = 1  # nodes of `hardware` each (one data-parallel deployment over all of them)
-    # False: the source split every expert over the TP group (no --enable-expert-parallel) where a plan would use
-    # expert parallelism.
-    expert_parallel: bool = True
+    # The source's expert-parallel group where it differs from the plan's: 1 = every expert split over the TP group
+    # (no --enable-expert-parallel); N = whole experts over N devices (vLLM's DP ranks of one server share it).
+    expert_parallel_size: int | None = None
 
 
 ANCHORS: tuple[Anchor, ...] = (
@@ -311,11 +311,12 @@ def _s23(anchor_id: str, model: str, published: tuple[float, float]) -> Anchor:
     2355 ms) checks the linear-attention cost S10 and S22 set."""
     ttft, tpot = published
     return Anchor(anchor_id, model, "Ascend910x4", 2, "0.27.1rc1", 4096, 2048, 32, {"ttft_ms": ttft, "tpot_ms": tpot},
-                  "chip not named: read as A3 dies; DP2 x TP2 as two replicas of TP2 (+EP within each); vLLM "
+                  "chip not named: read as A3 dies; DP2 x TP2 as two replicas of TP2, their experts one EP group of "
+                  "4 (vLLM's data parallel in one server); vLLM "
                   "v0.27.1 read as 0.27.1rc1; every output 2048 tokens (102400 in the run), fixed lengths as waves "
                   "of 32; output throughput not scored: 50 prompts make one wave of 32 and one of 18, which a "
                   "steady-state prediction does not describe",
-                  replicas=2, max_num_seqs=32, fixed_lengths=True)
+                  replicas=2, max_num_seqs=32, fixed_lengths=True, expert_parallel_size=4)
 
 
 def _skip(anchor_id: str, reason: str) -> Anchor:
@@ -398,7 +399,7 @@ SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
            "vLLM's; no expert parallelism (the run sets expert_tensor_parallel_size 16 without "
            "--enable-expert-parallel: every expert split 16 ways, the all-gather path)",
            quantization="W8A8_DYNAMIC", max_num_seqs=24, max_num_batched_tokens=8192, graph_mode="full_decode_only",
-           expert_parallel=False),
+           expert_parallel_size=1),
     Anchor("S7", "qwen3-14b", "910B3x1", 1, "0.19.1rc1", 128, 100, 1,
            {"ttft_ms": 330.0, "tpot_ms": 39.0},
            "chip not published, read as 910B3; vLLM v0.19.1 read as 0.19.1rc1; sonnet 128 in / 100 out at 2 "
@@ -477,8 +478,8 @@ def _plan(anchor: Anchor) -> Plan:
 def _perf(anchor: Anchor) -> PerfInputs:
     """The plan's performance inputs, in the graph mode the source ran."""
     perf = _plan(anchor).perf
-    if not anchor.expert_parallel:
-        perf = replace(perf, expert_parallel_size=1)
+    if anchor.expert_parallel_size is not None:
+        perf = replace(perf, expert_parallel_size=anchor.expert_parallel_size)
     return replace(perf, mode=anchor.graph_mode) if anchor.graph_mode else perf
 
 
