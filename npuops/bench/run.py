@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from npuops.bench.report import FOUNDING_CLAIM, baseline_ratios, hardware_fractions, prediction_ratios
+from npuops.bench.report import FOUNDING_CLAIM, baseline_ratios, bursty_stream, hardware_fractions, prediction_ratios
 from npuops.bench.serve_bench import (
     BenchLoad,
     ServeFigures,
@@ -220,7 +220,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         "plan": {"perf_inputs": perf_plan.to_json(), "prediction_at_launch": target.record.prediction}
         if perf_plan and target.record else None,
         "predicted": None, "ratios": None, "hardware_limit": None, "prediction_note": None,
-        "baseline": None, "calibration": None,
+        "baseline": None, "calibration": None, "stream_note": None,
     }
     after = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key) if cache_before is not None else None
     report["prefix_cache"] = _prefix_cache_during(cache_before, after, load)
@@ -231,8 +231,10 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         perf = replace(perf, spec_acceptance=spec["acceptance_rate"])
     if perf is not None and choice is not None:
         predicted = predict(perf, factors=choice.factors)
+        limits = roofline(perf)
         report.update(predicted=predicted.as_dict(), ratios=prediction_ratios(measured, predicted),
-                      hardware_limit=hardware_fractions(measured, perf, roofline(perf)),
+                      hardware_limit=hardware_fractions(measured, perf, limits),
+                      stream_note=bursty_stream(measured, limits),
                       prediction_note=f"for this load on the launched configuration; calibration: {choice.why}",
                       uncalibrated_predicted=predict(perf).as_dict())
     elif target.record is not None:
@@ -242,7 +244,10 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         report["prediction_note"] = "a URL has no plan: the figures alone"
     if request.baseline is not None:
         report["baseline"] = run_baseline(settings, target, load, measured, request.timeout_s, progress)
-    if perf is not None and target.record is not None and request.calibrate and measured.failed == 0:
+    if report["stream_note"] and request.calibrate:
+        # Such a run would scale the decode step towards zero and TTFT up by the decode it holds.
+        report["calibration"] = {"skipped": "the stream came in bursts"}
+    elif perf is not None and target.record is not None and request.calibrate and measured.failed == 0:
         sample = CalibrationSample(hardware=target.record.hardware_label, stack=stack,
                                    model=target.served_model_name, perf=perf,
                                    ttft_ms=measured.latency["ttft"].median_ms,

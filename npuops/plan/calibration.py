@@ -117,7 +117,9 @@ UNCALIBRATED = CalibrationChoice(None, "no bench of this node stored: the model'
 
 
 def fit(samples: list[CalibrationSample]) -> CalibrationFactors:
-    """Geometric means of measured/predicted over the samples."""
+    """Geometric means of measured/predicted over the samples (a sample without a positive TTFT and TPOT, which
+    no bench stores since it checks its stream, says nothing and is left out)."""
+    samples = [s for s in samples if s.ttft_ms > 0 and s.tpot_ms > 0]
     if not samples:
         return CalibrationFactors()
     def geometric_mean(values: list[float]) -> float:

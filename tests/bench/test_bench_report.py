@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from npuops.bench.report import baseline_ratios, hardware_fractions, prediction_ratios, render_report_text
+from npuops.bench.report import (
+    baseline_ratios,
+    bursty_stream,
+    hardware_fractions,
+    prediction_ratios,
+    render_report_text,
+)
 from npuops.bench.run import BenchRequest, bench_load
 from npuops.bench.serve_bench import BenchLoad, bench_serve_argv, parse_serve_result
 from npuops.instance.bench_results import bench_headline, render_bench_headline
@@ -103,6 +109,33 @@ def test_ratios_and_hardware_fractions() -> None:
                                                            '"output_throughput": 135.24845946525555'))
     b = baseline_ratios(measured, plain)
     assert b["output_throughput_ratio"] == pytest.approx(2.0, rel=1e-3) and b["e2el_reduction"] == 0.0
+
+
+def _bursty(text: str) -> str:
+    """The recorded result as the demo once measured it on a busy host: the stream's tokens came in one burst at the
+    end of each request, so every request's TPOT (its time after the first chunk over its later tokens) was ~0."""
+    raw = json.loads(text)
+    for stat in ("median", "mean", "p99"):
+        raw[f"{stat}_tpot_ms"] = raw[f"{stat}_itl_ms"] = 0.0
+        raw[f"{stat}_ttft_ms"] = raw[f"{stat}_e2el_ms"]
+    return json.dumps(raw)
+
+
+def test_a_stream_in_bursts_is_named_and_not_stored_as_calibration() -> None:
+    """A TPOT below the fastest step the memory bandwidth allows is not a decode step: the report says so, and a
+    bench keeps it out of calibration (which would scale the step towards zero)."""
+    limits = roofline(_plan().perf)
+    assert bursty_stream(parse_serve_result(FIXTURE.read_text()), limits) is None
+    note = bursty_stream(parse_serve_result(_bursty(FIXTURE.read_text())), limits)
+    assert note is not None and "median TPOT 0.00 ms is below the fastest step" in note and "bursts" in note
+    measured = parse_serve_result(_bursty(FIXTURE.read_text()))
+    report = {"target": "demo", "load": BenchLoad(128, 32, 4, None, 40).as_dict(),
+              "load_description": BenchLoad(128, 32, 4, None, 40).describe(), "measured": measured.as_dict(),
+              "at": 0.0, "stream_note": note, "calibration": {"skipped": "the stream came in bursts"}}
+    text = render_report_text(report)
+    assert f"  stream: {note}\n" in text
+    assert "calibration: not stored (the stream came in bursts); bench again" in text
+    assert "calibration now" not in text
 
 
 def test_the_report_text_and_the_status_headline() -> None:

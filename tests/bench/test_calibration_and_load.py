@@ -122,6 +122,11 @@ def test_fit_recovers_the_measured_scales() -> None:
     # Two benches: the geometric mean, so a 2x and a 0.5x cancel.
     assert fit([_sample(perf, 2.0, 2.0), _sample(perf, 0.5, 0.5)]).step == pytest.approx(1.0)
     assert fit([]) == CalibrationFactors()
+    # A stored sample without a positive TPOT (an older npuops stored one from a bursty stream) is left out rather
+    # than turning the step factor to zero, or the logarithm into an error.
+    zero = replace(_sample(perf, 0.5, 2.0), tpot_ms=0.0)
+    assert fit([zero, _sample(perf, 0.5, 2.0)]).step == pytest.approx(2.0)
+    assert fit([zero]) == CalibrationFactors()
 
 
 def test_a_calibrated_plan_predicts_what_was_measured(tmp_path: Path) -> None:
