@@ -53,14 +53,15 @@ def hardware_fractions(measured: ServeFigures, perf: PerfInputs, limits: Rooflin
     }
 
 
-def bursty_stream(measured: ServeFigures, limits: Roofline) -> str | None:
+def bursty_stream(measured: ServeFigures, limits: Roofline, spec_tokens: int = 0) -> str | None:
     """Why the run's TTFT and TPOT do not time the engine's steps, or None. vLLM's bench times a request's first
     streamed chunk (TTFT) and spreads the rest over its later tokens (TPOT); when the API server falls behind the
     engine, one chunk carries many tokens, the first arrives late and TPOT falls towards zero. A median TPOT below
     the fastest step the memory bandwidth allows cannot be a decode step (the demo met it on a busy 2-core host:
-    TPOT 0.00 ms, TTFT 3.4x the prediction, at "2235% of the roofline"; the same bench again: TPOT 2.26 ms)."""
+    TPOT 0.00 ms, TTFT 3.4x the prediction, at "2235% of the roofline"; the same bench again: TPOT 2.26 ms).
+    With speculative decoding a step yields up to 1 + K tokens, so the bound is the step over 1 + K."""
     tpot_s = measured.latency["tpot"].median_ms / 1e3
-    fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s
+    fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s / (1 + spec_tokens)
     if tpot_s >= fastest_step_s:
         return None
     return (f"median TPOT {tpot_s * 1e3:.2f} ms is below the fastest step the memory bandwidth allows "

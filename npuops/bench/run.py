@@ -234,7 +234,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         limits = roofline(perf)
         report.update(predicted=predicted.as_dict(), ratios=prediction_ratios(measured, predicted),
                       hardware_limit=hardware_fractions(measured, perf, limits),
-                      stream_note=bursty_stream(measured, limits),
+                      stream_note=bursty_stream(measured, limits, perf.spec_tokens),
                       prediction_note=f"for this load on the launched configuration; calibration: {choice.why}",
                       uncalibrated_predicted=predict(perf).as_dict())
     elif target.record is not None:

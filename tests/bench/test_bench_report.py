@@ -128,6 +128,12 @@ def test_a_stream_in_bursts_is_named_and_not_stored_as_calibration() -> None:
     assert bursty_stream(parse_serve_result(FIXTURE.read_text()), limits) is None
     note = bursty_stream(parse_serve_result(_bursty(FIXTURE.read_text())), limits)
     assert note is not None and "median TPOT 0.00 ms is below the fastest step" in note and "bursts" in note
+    # Speculative decoding yields up to 1 + K tokens a step: a TPOT of a third of the step is no burst at K = 3.
+    step_ms = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s * 1e3
+    third = parse_serve_result(FIXTURE.read_text().replace(
+        f'"median_tpot_ms": {json.loads(FIXTURE.read_text())["median_tpot_ms"]}', f'"median_tpot_ms": {step_ms / 3}'))
+    assert third.latency["tpot"].median_ms == pytest.approx(step_ms / 3)
+    assert bursty_stream(third, limits) is not None and bursty_stream(third, limits, spec_tokens=3) is None
     measured = parse_serve_result(_bursty(FIXTURE.read_text()))
     report = {"target": "demo", "load": BenchLoad(128, 32, 4, None, 40).as_dict(),
               "load_description": BenchLoad(128, 32, 4, None, 40).describe(), "measured": measured.as_dict(),
