@@ -312,10 +312,9 @@ def _s23(anchor_id: str, model: str, published: tuple[float, float]) -> Anchor:
     ttft, tpot = published
     return Anchor(anchor_id, model, "Ascend910x4", 2, "0.27.1rc1", 4096, 2048, 32, {"ttft_ms": ttft, "tpot_ms": tpot},
                   "chip not named: read as A3 dies; DP2 x TP2 as two replicas of TP2, their experts one EP group of "
-                  "4 (vLLM's data parallel in one server); vLLM "
-                  "v0.27.1 read as 0.27.1rc1; every output 2048 tokens (102400 in the run), fixed lengths as waves "
-                  "of 32; output throughput not scored: 50 prompts make one wave of 32 and one of 18, which a "
-                  "steady-state prediction does not describe",
+                  "4 (vLLM's data parallel in one server); vLLM v0.27.1 read as 0.27.1rc1; every output 2048 tokens "
+                  "(102400 in the run), fixed lengths as waves of 32; output throughput not scored: 50 prompts make "
+                  "one wave of 32 and one of 18, which a steady-state prediction does not describe",
                   replicas=2, max_num_seqs=32, fixed_lengths=True, expert_parallel_size=4)
 
 
@@ -443,6 +442,7 @@ SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
     _s23("S23a", "qwen3-30b-a3b", (2354.92, 24.96)),
     _s23("S23b", "qwen3.5-35b-a3b", (3962.52, 27.19)),
 )
+
 
 @dataclass(frozen=True)
 class Row:

@@ -113,8 +113,11 @@ def most_served(evaluated: list[Evaluated], need: int, block: int) -> Evaluated:
 
 
 def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s: Sizing, ev: Evaluated, mode: str,
-                max_num_seqs: int, spec: SpeculativePlan | None = None) -> PerfInputs:
-    """What the performance model needs about one evaluated layout."""
+                max_num_seqs: int, spec: SpeculativePlan | None = None, ep_size: int | None = None) -> PerfInputs:
+    """What the performance model needs about one evaluated layout; `ep_size` is a multi-node cluster's expert-
+    parallel group (None: the layout's own devices when the model runs expert parallel)."""
+    if ep_size is None:
+        ep_size = ev.layout.tp * ev.layout.pp if s.moe_ep and ev.layout.chips > 1 else 1
     return PerfInputs(
         arch=model.arch, kind=target.kind, tp=ev.layout.tp, pp=ev.layout.pp, replicas=ev.replicas,
         weight_bytes=s.weight_bytes, kv_bytes_per_token=ev.budget.kv_bytes_per_token, act_dtype_bytes=s.act_bytes,
@@ -128,7 +131,7 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
         draft_parallel=spec.parallel if spec else False,
         routed_weight_share=routed_weight_share(model.arch, s.act_bytes, model.quantization),
         linear_speedup=matmul_speedup(model.quantization),
-        expert_decode_factor=expert_decode_factor(model.quantization) if model.arch.is_moe else 1.0,
+        expert_decode_factor=expert_decode_factor(model.quantization), expert_parallel_size=ep_size,
     )
 
 

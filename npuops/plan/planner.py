@@ -327,9 +327,8 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
     additional = _additional(model, rules, options, release, moe_ep)
     env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer, additional)
-    ep_size = (cluster.ep_size if cluster is not None else layout.tp * layout.pp) if moe_ep else 1
-    perf = replace(perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs, spec),
-                   expert_parallel_size=ep_size)
+    perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs, spec,
+                       ep_size=cluster.ep_size if cluster is not None else None)
     prediction = predict(perf, factors=calibration.factors)
     warnings += _closing_warnings(model, workload, cluster, target.nodes, prediction)
     plan = Plan(
