@@ -2,9 +2,19 @@
 # Run npuops' whole test suite on a fresh machine: installs what it needs (Debian packages, a venv
 # with npuops and its test tools, the vLLM CPU engine venv for the end-to-end tests), then lint,
 # type-check and pytest. CI runs exactly this (.ci/run).
-# Usage: scripts/test.sh [pytest args...]
+# Usage: scripts/test.sh [--fast] [pytest args...]
+#   --fast  the inner loop: the tests not marked slow (no systemd boots, fleets of test hosts, playbook runs or
+#           engines serving), under 3 minutes once the venvs exist.
+# Environment: NPUOPS_TEST_WORKERS (pytest-xdist workers, default 2: this machine's cores; 0 runs in one
+# process), NPUOPS_TEST_DURATIONS=FILE (write each test's seconds there; tests/durations.json orders the runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+tier=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  tier=(-m "not slow")
+fi
 
 VENV=${NPUOPS_TEST_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
@@ -61,5 +71,10 @@ export NPUOPS_ENGINE_PYTHON NPUOPS_REQUIRE_ENGINE=${NPUOPS_REQUIRE_ENGINE:-1}
 "$VENV/bin/lint-imports"
 # No function over 80 lines, no module over 600 (npuops/, checks/).
 "$VENV/bin/python" scripts/size_rule.py
-# The slowest tests are listed at the end: CI must stay under 45 minutes.
-exec "$VENV/bin/python" -m pytest --durations=15 "$@"
+# Two workers (pytest-xdist): the tests that share an engine, a booted systemd or a module's launch go to one worker
+# as a group, the longest groups first (tests/support/scheduling.py). The slowest tests and the time by group are
+# listed at the end: CI must stay under 35 minutes.
+workers=${NPUOPS_TEST_WORKERS:-2}
+xdist=()
+[ "$workers" = 0 ] || xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+exec "$VENV/bin/python" -m pytest "${xdist[@]}" --durations=15 "${tier[@]}" "$@"

@@ -1,14 +1,83 @@
-"""Fixtures for every test: a fake host tree, the SSH test fleet. The helpers they call live in tests/support/."""
+"""Fixtures for every test: a fake host tree, the SSH test fleet; and how tests are spread over pytest-xdist's
+workers (tests/support/scheduling.py). The helpers they call live in tests/support/."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.host_tree import make_host_tree
+from tests.support.paths import REPO
+from tests.support.scheduling import FixtureUse, cost_by_group, group_of, load_durations, order, split_group
 from tests.support.ssh_hosts import FleetSetupError, TestFleet, require_fleets, start_hosts
+
+DURATIONS = REPO / "tests" / "durations.json"
+# NPUOPS_TEST_DURATIONS=FILE: write this run's seconds per test there (scripts/test.sh --record-durations copies
+# it to tests/durations.json, which orders the next runs).
+RECORD_ENV = "NPUOPS_TEST_DURATIONS"
+_seconds: dict[str, float] = {}
+_groups: dict[str, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "serial(reason): cannot run beside another test (the reason says why); "
+                            "all such tests run in one xdist worker, one after another")
+
+
+def _fixture_uses(item: pytest.Item) -> list[FixtureUse]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    uses = []
+    for name in info.names_closure:
+        definitions = info.name2fixturedefs.get(name) or ()
+        if definitions:
+            last = definitions[-1]
+            uses.append(FixtureUse(name, last.scope, last.baseid))
+    return uses
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests that share an expensive thing into one xdist worker and put the longest groups first
+    (tests/support/scheduling.py). Runs before xdist reads the `xdist_group` marks."""
+    keyed = []
+    for item in items:
+        group = group_of(item.nodeid.split("::")[0], _fixture_uses(item),
+                         serial=item.get_closest_marker("serial") is not None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        keyed.append((item.nodeid, group))
+        _groups[item.nodeid] = group
+    ranked = order(keyed, load_durations(DURATIONS))
+    items[:] = [items[i] for i in ranked]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Setup, call and teardown seconds of each test (in xdist's controller: of every worker's tests)."""
+    test_id, group = split_group(report.nodeid)
+    _seconds[test_id] = _seconds.get(test_id, 0.0) + report.duration
+    if group is not None:
+        _groups[test_id] = group
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Where the run's time went, by the shared thing each group starts; and the record, if asked for."""
+    if hasattr(config, "workerinput") or not _seconds:
+        return
+    rows = cost_by_group(_seconds, _groups)
+    terminalreporter.write_sep("=", "time by group (tests sharing what they start; tests/support/scheduling.py)")
+    for name, count, seconds in rows[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {count:5d} tests  {name}")
+    target = os.environ.get(RECORD_ENV)
+    if target:
+        Path(target).write_text(json.dumps({k: round(v, 2) for k, v in sorted(_seconds.items())}, indent=0) + "\n",
+                                encoding="utf-8")
+        terminalreporter.write_line(f"seconds per test written to {target}")
 
 
 @pytest.fixture
