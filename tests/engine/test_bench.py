@@ -1,25 +1,40 @@
-"""`npuops bench` against an instance launched by npuops with the real vLLM CPU engine (the tiny model).
+"""`npuops launch --foreground` and `npuops bench` against it, with the real vLLM CPU engine (the tiny model).
 
 One foreground launch (with an API key) for the module. It proves: vLLM's own `vllm bench serve` runs with the
 key from the instance's env file and gives every figure beside the plan's prediction and the hardware's limit;
 the report is kept and `npuops status` shows it; the bench calibrates the node, so the next `npuops plan` of the
 same workload predicts within 10% of what was measured, and `--no-calibration` gives the shared constants back;
 the plain-PyTorch baseline runs the same prompts and gives vLLM/plain ratios; a URL gives the figures alone.
+Last, the launch itself (it ran the files npuops rendered): its progress in order, the plan's KV capacity equal
+to the engine's, the key required and on no command line, status/list/logs, a conflicting launch refused, and a
+clean stop on SIGTERM. The tests run in this order (one xdist group: tests/support/scheduling.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
+import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.http_server import free_port
+from tests.support.http_server import free_port, http_request
 from tests.support.npuops_cli import npuops_argv
-from tests.support.workspace import PLAN_FLAGS, Workspace, foreground_launch, foreground_workspace
+from tests.support.workspace import (
+    PLAN_FLAGS,
+    Workspace,
+    foreground_launch,
+    foreground_workspace,
+    group_alive,
+    kill_group,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -37,6 +52,8 @@ class BenchedInstance:
     model: Path
     port: int
     engine_python: Path
+    launcher: subprocess.Popen[bytes]
+    root: Path  # launch.out and launch.err: the foreground launch's summary and progress
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +68,8 @@ def instance(engine_python: Path, tiny_model: Path, engine_compile_cache: Path,
     argv = npuops_argv("launch", str(tiny_model), *PLANNED, "--name", "b", "--port", str(port),
                        "--vllm", str(engine_python.parent / "vllm"), "--api-key-file", str(key_file), "--foreground")
     try:
-        with foreground_launch(argv, ws.env, root, START_TIMEOUT_S):
-            yield BenchedInstance(ws, tiny_model, port, engine_python)
+        with foreground_launch(argv, ws.env, root, START_TIMEOUT_S) as launcher:
+            yield BenchedInstance(ws, tiny_model, port, engine_python, launcher, root)
     finally:
         for tmp_dir in ws.tmp_dirs:
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -166,3 +183,72 @@ def test_the_baseline_runs_the_same_prompts_through_plain_pytorch(instance: Benc
     human = instance.ws.run("bench", "b", "--num-prompts", "4", "--no-calibrate", "--baseline", "transformers",
                             timeout=900).stdout
     assert "vLLM / plain: throughput x" in human and "(founding document: x1.7)" in human
+
+
+def authorized_post(url: str, data: dict[str, object], key: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return int(resp.status), resp.read()
+
+
+def every_cmdline() -> str:
+    """Every process's command line on this machine (where a secret must never appear)."""
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"))
+    return " ".join(lines)
+
+
+def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instance: BenchedInstance) -> None:
+    """Runs last: it stops the module's instance."""
+    ws, port = instance.ws, instance.port
+    progress = (instance.root / "launch.err").read_text()
+    # The stages arrived in order, from the engine's own log lines, and "healthy" only from /health.
+    positions = [progress.find(s) for s in ("start gate for b", "loading weights",
+                                            "KV cache allocated (262,144 tokens)", "listening", "healthy (")]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), progress
+    summary = (instance.root / "launch.out").read_text()
+    assert f"http://127.0.0.1:{port}/v1" in summary and "first      8 token(s)" in summary
+
+    # The engine ran the files npuops rendered, and its KV capacity is the plan's to the token.
+    planned = json.loads(ws.run("plan", str(instance.model), *PLANNED, "--json").stdout)["memory"]["kv_cache_tokens"]
+    state = ws.status("b")
+    assert state["state"] == "healthy" and state["manager"] == "foreground"
+    metrics = state["metrics"]
+    assert isinstance(metrics, dict) and metrics["kv_cache_tokens"] == planned == 262144
+    assert metrics["generation_tokens_total"] >= 12
+
+    # The key reached the engine through the env file (never a command line): without it, 401.
+    request = {"model": "tiny-llama", "prompt": "one two", "max_tokens": 4, "temperature": 0}
+    status, _ = http_request(f"http://127.0.0.1:{port}/v1/completions", data=request)
+    assert status == 401
+    status, body = authorized_post(f"http://127.0.0.1:{port}/v1/completions", request, "sk-bench-key")
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 4
+    assert json.loads(body)["choices"][0]["finish_reason"] in ("length", "stop")
+    assert "sk-bench-key" not in every_cmdline()
+
+    listed = json.loads(ws.run("list", "--json").stdout)["instances"]
+    assert [(i["name"], i["state"]) for i in listed] == [("b", "healthy")]
+    logs = ws.run("logs", "b", "-n", "400")
+    assert logs.returncode == 0 and "Starting vLLM server on" in logs.stdout
+    json_logs = json.loads(ws.run("logs", "b", "-n", "400", "--json").stdout)
+    assert json_logs["name"] == "b" and any("KV cache size" in line for line in json_logs["lines"])
+
+    # Another instance on the same port is refused before anything starts.
+    clash = ws.run("launch", str(instance.model), *PLAN_FLAGS, "--name", "other", "--port", str(port),
+                   "--vllm", str(instance.engine_python.parent / "vllm"), "--foreground")
+    assert clash.returncode == 3 and "already used by instance 'b'" in clash.stderr, clash.stderr
+    assert clash.stderr.count("\n") == 1
+
+    engine_pgid = int(ws.supervisor_state("b")["engine_pid"])  # type: ignore[call-overload]
+    try:
+        instance.launcher.send_signal(signal.SIGTERM)
+        assert instance.launcher.wait(timeout=60) == 0, progress[-2000:]
+        assert "b stopped" in (instance.root / "launch.err").read_text()
+        wait_for(lambda: not group_alive(engine_pgid), 10, "the engine's process group to be gone")
+    finally:
+        kill_group(engine_pgid)
+    stopped = ws.status("b")
+    assert stopped["state"] == "stopped" and not stopped["healthy"]

@@ -1,12 +1,12 @@
 """The supervisor and `npuops launch` with the real vLLM CPU engine serving the tiny model.
 
-- the foreground launch: progress, a healthy endpoint that answers, status/list/logs, a refused conflicting launch,
-  and a clean stop on SIGTERM;
 - `npuops run` against a real NOTIFY_SOCKET: READY only after /health answers, WATCHDOG pings that stop while the
   engine is frozen (SIGSTOP) and resume after SIGCONT, and kill -9 of the engine ending the supervisor non-zero
   with nothing of the engine left;
 - a model directory that is not a model: a diagnosis and exit 78, not a hang.
-The lifecycle under real systemd (launch, crash, hang, stop, reboot) is in tests/systemd/.
+The foreground launch (progress, the key, status/list/logs, a refused conflicting launch, a clean stop on SIGTERM) is
+asserted on test_bench.py's instance; the lifecycle under real systemd (launch, crash, hang, stop, reboot) is in
+tests/systemd/.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from tests.support.engine import engine_env, short_tmp_dir
 from tests.support.http_server import free_port, http_request
 from tests.support.npuops_cli import npuops_argv
 from tests.support.paths import REPO
-from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for, wait_until_serving
+from tests.support.workspace import PLAN_FLAGS, Workspace, group_alive, kill_group, wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -56,86 +55,6 @@ def workspace(tmp_path: Path, engine_compile_cache: Path) -> Iterator[Workspace]
     yield ws
     for d in ws.tmp_dirs:
         shutil.rmtree(d, ignore_errors=True)
-
-
-def authorized_post(url: str, data: dict[str, object], key: str) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return int(resp.status), resp.read()
-
-
-def engine_cmdlines() -> list[str]:
-    """Every process's command line on this machine (where a secret must never appear)."""
-    lines = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace"))
-    return lines
-
-
-def test_foreground_launch_serves_reports_and_stops_cleanly(workspace: Workspace, engine_python: Path,
-                                                            tiny_model: Path, tmp_path: Path) -> None:
-    port = free_port()
-    key_file = tmp_path / "api-key"
-    key_file.write_text("sk-npuops-test-key\n")
-    key_file.chmod(0o600)
-    out, err = tmp_path / "launch.out", tmp_path / "launch.err"
-    with open(out, "w") as stdout, open(err, "w") as stderr:
-        launcher = subprocess.Popen(npuops_argv(*launch_args(tiny_model, "fg", port, engine_python, "--foreground",
-                                                             "--api-key-file", str(key_file))),
-                                    env=workspace.env, stdout=stdout, stderr=stderr, cwd=REPO,
-                                    start_new_session=True)
-    engine_pgid = None
-    try:
-        wait_until_serving(launcher, out, err, START_TIMEOUT_S)
-        progress = err.read_text()
-        # The stages arrive in order, from the engine's own log lines, and "healthy" only from /health.
-        positions = [progress.find(s) for s in ("start gate for fg", "loading weights",
-                                                "KV cache allocated (262,144 tokens)", "listening", "healthy (")]
-        assert all(p >= 0 for p in positions) and positions == sorted(positions), progress
-        summary = out.read_text()
-        assert f"http://127.0.0.1:{port}/v1" in summary and "first      8 token(s)" in summary
-
-        # The key reached the engine through the env file (never a command line): without it, 401.
-        request = {"model": "tiny-llama", "prompt": "one two", "max_tokens": 4, "temperature": 0}
-        status, _ = http_request(f"http://127.0.0.1:{port}/v1/completions", data=request)
-        assert status == 401
-        status, body = authorized_post(f"http://127.0.0.1:{port}/v1/completions", request, "sk-npuops-test-key")
-        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 4
-        assert "sk-npuops-test-key" not in " ".join(engine_cmdlines())
-
-        state = workspace.status("fg")
-        assert state["state"] == "healthy" and state["manager"] == "foreground"
-        metrics = state["metrics"]
-        assert isinstance(metrics, dict)
-        assert metrics["kv_cache_tokens"] == 262144
-        assert metrics["generation_tokens_total"] >= 12  # the launch's 8 and our 4
-        engine_pgid = int(workspace.supervisor_state("fg")["engine_pid"])  # type: ignore[call-overload]
-
-        listed = json.loads(workspace.run("list", "--json").stdout)["instances"]
-        assert [(i["name"], i["state"]) for i in listed] == [("fg", "healthy")]
-        logs = workspace.run("logs", "fg", "-n", "200")
-        assert logs.returncode == 0 and "Starting vLLM server on" in logs.stdout
-        json_logs = json.loads(workspace.run("logs", "fg", "-n", "200", "--json").stdout)
-        assert json_logs["name"] == "fg" and any("KV cache size" in line for line in json_logs["lines"])
-
-        # Another instance on the same port is refused before anything starts.
-        clash = workspace.run(*launch_args(tiny_model, "other", port, engine_python, "--foreground"))
-        assert clash.returncode == 3 and "already used by instance 'fg'" in clash.stderr, clash.stderr
-        assert clash.stderr.count("\n") == 1
-
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(timeout=60) == 0, err.read_text()[-2000:]
-        assert "fg stopped" in err.read_text()
-        wait_for(lambda: not group_alive(engine_pgid), 10, "the engine's process group to be gone")
-        stopped = workspace.status("fg")
-        assert stopped["state"] == "stopped" and not stopped["healthy"]
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        kill_group(engine_pgid)
 
 
 @dataclass

@@ -103,15 +103,17 @@ def foreground_workspace(root: Path, engine_python: Path, compile_cache: Path) -
 
 
 @contextlib.contextmanager
-def foreground_launch(argv: list[str], env: dict[str, str], root: Path, timeout: float) -> Iterator[None]:
-    """`npuops launch ... --foreground` (argv) with its stdout/stderr in root/launch.{out,err}, serving on entry;
-    SIGTERM on exit (the supervisor stops the engine), the process group killed if it does not end in 60 s."""
+def foreground_launch(argv: list[str], env: dict[str, str], root: Path,
+                      timeout: float) -> Iterator[subprocess.Popen[bytes]]:
+    """`npuops launch ... --foreground` (argv) with its stdout/stderr in root/launch.{out,err}, serving on entry (the
+    launcher process is given: a test may stop it itself); SIGTERM on exit (the supervisor stops the engine), the
+    process group killed if it does not end in 60 s."""
     out, err = root / "launch.out", root / "launch.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         launcher = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=REPO, start_new_session=True)
     try:
         wait_until_serving(launcher, out, err, timeout)
-        yield
+        yield launcher
     finally:
         launcher.send_signal(signal.SIGTERM)
         try:
