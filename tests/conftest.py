@@ -7,13 +7,15 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.host_tree import make_host_tree
 from tests.support.paths import REPO
-from tests.support.scheduling import FixtureUse, cost_by_group, group_of, load_durations, order, split_group
+from tests.support.scheduling import FixtureUse, cost_by_group, group_of, load_durations, order
 from tests.support.ssh_hosts import FleetSetupError, TestFleet, require_fleets, start_hosts
+from tests.support.xdist_groups import GROUPS_KEY, GroupScheduling, write_worker_groups
 
 DURATIONS = REPO / "tests" / "durations.json"
 # NPUOPS_TEST_DURATIONS=FILE: write this run's seconds per test there (scripts/test.sh --record-durations copies
@@ -41,35 +43,47 @@ def _fixture_uses(item: pytest.Item) -> list[FixtureUse]:
     return uses
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests that share an expensive thing into one xdist worker and put the longest groups first
-    (tests/support/scheduling.py). Runs before xdist reads the `xdist_group` marks."""
+    (tests/support/scheduling.py)."""
     keyed = []
     for item in items:
         group = group_of(item.nodeid.split("::")[0], _fixture_uses(item),
                          serial=item.get_closest_marker("serial") is not None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
         keyed.append((item.nodeid, group))
         _groups[item.nodeid] = group
     ranked = order(keyed, load_durations(DURATIONS))
     items[:] = [items[i] for i in ranked]
+    write_worker_groups(config, {item.nodeid: _groups[item.nodeid] for item in items})
+
+
+def pytest_configure_node(node: Any) -> None:
+    """xdist's controller, for each worker: where the worker writes the groups it computed."""
+    groups_dir = Path(node.config._tmp_path_factory.getbasetemp()) / "xdist-groups"
+    groups_dir.mkdir(exist_ok=True)
+    node.workerinput[GROUPS_KEY] = str(groups_dir)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupScheduling | None:
+    """`--dist loadgroup`: the suite's own grouping (tests/support/xdist_groups.py); any other mode as xdist has it."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return GroupScheduling(config, log, Path(config._tmp_path_factory.getbasetemp()) / "xdist-groups")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Setup, call and teardown seconds of each test (in xdist's controller: of every worker's tests)."""
-    test_id, group = split_group(report.nodeid)
-    _seconds[test_id] = _seconds.get(test_id, 0.0) + report.duration
-    if group is not None:
-        _groups[test_id] = group
+    _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     """Where the run's time went, by the shared thing each group starts; and the record, if asked for."""
     if hasattr(config, "workerinput") or not _seconds:
         return
-    rows = cost_by_group(_seconds, _groups)
+    groups = dict(_groups)
+    for path in (Path(config._tmp_path_factory.getbasetemp()) / "xdist-groups").glob("*.json"):
+        groups.update(json.loads(path.read_text(encoding="utf-8")))  # the workers' (xdist's controller collects none)
+    rows = cost_by_group(_seconds, groups)
     terminalreporter.write_sep("=", "time by group (tests sharing what they start; tests/support/scheduling.py)")
     for name, count, seconds in rows[:15]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {count:5d} tests  {name}")

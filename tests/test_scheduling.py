@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.http_server import PORT_BLOCK_SIZE, free_port, free_port_run, port_block, worker_index
+from tests.support.paths import REPO
 from tests.support.scheduling import (
     SERIAL_GROUP,
     UNKNOWN_TEST_S,
@@ -18,7 +21,6 @@ from tests.support.scheduling import (
     group_of,
     load_durations,
     order,
-    split_group,
 )
 
 MODULE = "tests/engine/test_bench.py"
@@ -58,12 +60,6 @@ def test_order_counts_an_unrecorded_test_as_a_fast_one_and_is_stable() -> None:
     assert [items[i][0] for i in ranked] == ["new::1", "new::2", "old::1"]
 
 
-def test_split_group_follows_xdists_rule() -> None:
-    assert split_group("tests/x.py::t@engine") == ("tests/x.py::t", "engine")
-    assert split_group("tests/x.py::t[a@b]") == ("tests/x.py::t[a@b]", None)
-    assert split_group("tests/x.py::t[a@b]@tests/x.py") == ("tests/x.py::t[a@b]", "tests/x.py")
-
-
 def test_cost_by_group_adds_up_each_group() -> None:
     rows = cost_by_group({"a": 1.0, "b": 2.0, "c": 4.0}, {"a": "g", "b": "g", "c": None})
     assert rows == [("(scheduled alone)", 1, 4.0), ("g", 2, 3.0)]
@@ -95,3 +91,28 @@ def test_under_xdist_free_ports_come_from_the_workers_block(monkeypatch: pytest.
     assert free_port() not in range(first, first + 4)  # the run is the caller's
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert worker_index() is None
+
+
+def test_a_module_group_runs_in_one_xdist_worker(tmp_path: Path) -> None:
+    """The suite's own scheduler (tests/support/xdist_groups.py) under a real `pytest -n 2 --dist loadgroup`."""
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        "from tests.conftest import (pytest_collection_modifyitems, pytest_configure, pytest_configure_node,\n"
+        "                            pytest_xdist_make_scheduler)\n")
+    seen = tmp_path / "seen"
+    (tmp_path / "test_kept.py").write_text(
+        "import os, time, pytest\n"
+        f"def note(kind):\n    open({str(seen)!r}, 'a').write(kind + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        "@pytest.fixture(scope='module')\ndef kept():\n    return 1\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_kept(kept, i):\n    note('kept')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_alone(i):\n    time.sleep(0.3)\n    note('alone')\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                           "loadgroup", "--no-loadscope-reorder", str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    lines = [line.split() for line in seen.read_text().splitlines()]
+    kept_workers = {worker for kind, worker in lines if kind == "kept"}
+    assert len([1 for kind, _ in lines if kind == "kept"]) == 6 and len(kept_workers) == 1, lines
+    assert {worker for _, worker in lines} == {"gw0", "gw1"}, lines  # the others were spread

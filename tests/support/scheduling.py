@@ -1,7 +1,8 @@
 """How the suite is spread over pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`).
 
-Each expensive thing is started once per purpose, so the tests that share one must run in one worker: xdist sends
-the tests of one `xdist_group` to one worker, in collection order. `group_of` names an item's group:
+Each expensive thing is started once per purpose, so the tests that share one must run in one worker: the suite's
+scheduler (tests/support/xdist_groups.py) sends the tests of one group to one worker, in collection order.
+`group_of` names an item's group:
 
 - a test that uses a shared resource of the session (one booted systemd serving node, one running engine) joins
   that resource's group: one boot, one engine, whichever worker takes it;
@@ -88,15 +89,6 @@ def order(items: Sequence[tuple[str, str | None]], durations: Mapping[str, float
         return (-group_time[key], first_index[key], index)
 
     return sorted(range(len(items)), key=rank)
-
-
-def split_group(nodeid: str) -> tuple[str, str | None]:
-    """A report's test id as xdist's loadgroup sends it (`tests/x.py::t@group`) -> (test id, group). Pure; a `@`
-    inside a parametrization (before its `]`) is not a group, as xdist's own rule has it."""
-    at = nodeid.rfind("@")
-    if at > nodeid.rfind("]"):
-        return nodeid[:at], nodeid[at + 1:]
-    return nodeid, None
 
 
 def cost_by_group(durations: Mapping[str, float], groups: Mapping[str, str | None]) -> list[tuple[str, int, float]]:
