@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.support.http_server import free_port, http_request
+from tests.support.http_server import free_port, http_request, worker_index
 from tests.support.paths import REPO
 
 ENGINE_PYTHON_ENV = "NPUOPS_ENGINE_PYTHON"
@@ -211,6 +211,22 @@ def short_tmp_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="npuops-tmp-", dir=root))
 
 
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def worker_cpu_binding() -> dict[str, str]:
+    """Under pytest-xdist, the core of its own that each worker's engines bind their OpenMP threads to
+    (VLLM_CPU_OMP_THREADS_BIND), as {name: value}; {} outside xdist or on one core. vLLM's automatic binding puts
+    every engine's threads on the first core and keeps the last for the API server, so the engines of two
+    workers would share one core while the other idles. An instance whose plan binds its replicas itself (npuops'
+    env file: several engines on one host) keeps its own binding."""
+    index = worker_index()
+    cores = sorted(os.sched_getaffinity(0))
+    if index is None or len(cores) < 2:
+        return {}
+    return {CPU_BIND_ENV: str(cores[index % len(cores)])}
+
+
 def engine_env(work_dir: Path, tmp_dir: Path, compile_cache_dir: Path | None = None) -> dict[str, str]:
     """This process's environment with the recipe's on top: offline, vLLM's cache inside `work_dir`, TMPDIR
     `tmp_dir` (see short_tmp_dir), torch inductor's cache in `compile_cache_dir` when given (to share it between
@@ -232,6 +248,8 @@ def engine_env(work_dir: Path, tmp_dir: Path, compile_cache_dir: Path | None = N
     )
     # Never inherit a service manager's socket from the test runner's environment.
     env.pop("NOTIFY_SOCKET", None)
+    for name, value in worker_cpu_binding().items():
+        env.setdefault(name, value)
     return env
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tests.support.engine import worker_cpu_binding
+
 SYSTEMD = Path("/lib/systemd/systemd")
 # Units that make no sense in the namespace (consoles, udev, the host's network and services).
 MASKED = ("getty@tty1.service", "serial-getty@ttyS0.service", "console-getty.service", "systemd-udevd.service",
@@ -80,6 +82,9 @@ class RealSystemd:
     # Directories of this machine bind-mounted into the namespace (path inside -> directory here): one file system
     # several test hosts share, as an NFS mount is on a real group.
     binds: dict[str, Path] = field(default_factory=dict)
+    # The manager's DefaultEnvironment= (every unit's, the node's own env files override it): this pytest-xdist
+    # worker's engine core (tests/support/engine.py, worker_cpu_binding), so two workers' engines do not share one.
+    environment: dict[str, str] = field(default_factory=lambda: worker_cpu_binding())
 
     @property
     def root(self) -> Path:
@@ -118,6 +123,11 @@ class RealSystemd:
             target = self.root / inside.lstrip("/")
             target.mkdir(parents=True, exist_ok=True)
             subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+        if self.environment:
+            conf = self.root / "etc/systemd/system.conf.d"
+            conf.mkdir(parents=True, exist_ok=True)
+            pairs = " ".join(f'"{name}={value}"' for name, value in self.environment.items())
+            (conf / "npuops-test-environment.conf").write_text(f"[Manager]\nDefaultEnvironment={pairs}\n")
 
     def boot(self) -> None:
         """Boot systemd (the overlay is made on the first boot and kept across reboots) and wait until it runs."""
