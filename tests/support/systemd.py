@@ -31,8 +31,9 @@ BOOT_TIMEOUT_S = 90.0
 POWEROFF_TIMEOUT_S = 90.0
 
 _INIT = """#!/bin/bash
-# PID 1's parent: the namespace's own view of / is made private, the overlay gets /proc, /sys, /dev and a fresh
-# /run, the units named after the root are masked, then systemd takes over as PID 1 (exec keeps the PID).
+# PID 1's parent: the namespace's own view of / is made private, the overlay gets /proc, /sys, /dev (with a
+# /dev/shm of its own) and a fresh /run, the units named after the root are masked, then systemd takes over as
+# PID 1 (exec keeps the PID).
 set -e
 ROOT="$1"
 shift
@@ -40,6 +41,10 @@ mount --make-rprivate /
 mount -t proc proc "$ROOT/proc"
 mount --rbind /sys "$ROOT/sys"
 mount --rbind /dev "$ROOT/dev"
+# POSIX shared memory of its own: /dev/shm is this machine's otherwise, shared with every other namespace booted
+# here, and a unit's RemoveIPC=yes (npuops' hardening) removes every segment of the service user's uid there when
+# it stops: one test host stopping its engine would take the shared memory of the engines on another.
+mount -t tmpfs -o mode=1777,nosuid,nodev shm "$ROOT/dev/shm"
 mount -t tmpfs -o mode=755 tmpfs "$ROOT/run"
 for unit in "$@"; do ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"; done
 export container=npuops-test

@@ -57,7 +57,10 @@ def test_launch_pd_starts_a_prefill_and_a_decode_engine_behind_a_pd_router(servi
     node = serving_node
     done = node.launch(NAME, port, "--pd", "1:1", "--json", timeout=1500)
     report = json.loads(done.stdout)
-    assert done.returncode == 0 and report["ok"], (report, done.stderr[-4000:])
+    if not (done.returncode == 0 and report["ok"]):
+        journal = node.systemd.run(["journalctl", "--no-pager", "-n", "120", "-u", f"{NAME}-p0", "-u",
+                                    f"npuops-{NAME}-p0.service", "-u", f"npuops-{NAME}-d0.service"]).stdout
+        pytest.fail(f"launch --pd failed (rc {done.returncode}):\n{done.stderr[-3000:]}\njournal:\n{journal}")
     assert [i["name"] for i in report["instances"]] == [f"{NAME}-p0", f"{NAME}-d0", NAME]
     for part, role in (("p0", "kv_producer"), ("d0", "kv_consumer")):
         config = (node.systemd.root / f"etc/npuops/{NAME}-{part}/vllm.yaml").read_text()
