@@ -18,16 +18,16 @@ from tests.support.ssh_hosts import FleetSetupError, TestFleet, require_fleets, 
 from tests.support.xdist_groups import GROUPS_KEY, GroupScheduling, write_worker_groups
 
 DURATIONS = REPO / "tests" / "durations.json"
-# NPUOPS_TEST_DURATIONS=FILE: write this run's seconds per test there (scripts/test.sh --record-durations copies
-# it to tests/durations.json, which orders the next runs).
+# NPUOPS_TEST_DURATIONS=FILE: write this run's seconds per test there (copied to tests/durations.json, it orders
+# the next runs).
 RECORD_ENV = "NPUOPS_TEST_DURATIONS"
 _seconds: dict[str, float] = {}
 _groups: dict[str, str | None] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "serial(reason): cannot run beside another test (the reason says why); "
-                            "all such tests run in one xdist worker, one after another")
+    config.addinivalue_line("markers", "serial(reason): shares something of this machine with the other tests so "
+                            "marked (the reason says what); they run in one xdist worker, one after another")
 
 
 def _fixture_uses(item: pytest.Item) -> list[FixtureUse]:

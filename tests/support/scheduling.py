@@ -8,11 +8,13 @@ scheduler (tests/support/xdist_groups.py) sends the tests of one group to one wo
   that resource's group: one boot, one engine, whichever worker takes it;
 - a test whose module (or class) keeps something between its tests (a module-scoped fixture: a launched instance,
   a built package set, a fleet) joins its module's group, so the module's fixtures are set up once;
-- a test marked `serial` (it cannot run beside another, its marker says why) joins the one group `serial`;
+- a test marked `serial(reason)` (it shares something of this machine with the other tests so marked, a fixed
+  port or path: the reason says what) joins the one group `serial`, so no two of them run at once (no test
+  needs it today: ports come from a block per worker, state from pytest's per-worker temp dirs);
 - every other test is scheduled on its own.
 
-`order` then puts the groups with the most recorded time first (tests/durations.json, refreshed by
-scripts/durations.py from a run's JUnit XML), which is the longest-processing-time rule: the long groups start at
+`order` then puts the groups with the most recorded time first (tests/durations.json, written by a run with
+NPUOPS_TEST_DURATIONS=FILE, see the README), which is the longest-processing-time rule: the long groups start at
 once on both workers and the short tests fill the gaps at the end. Within a group the collection order is kept
 (the systemd modules run in order, each leaving the node as the next expects).
 """
