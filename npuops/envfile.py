@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from npuops.errors import BadInputError
+from npuops.inputfiles import MIB, read_input_text
 from npuops.parsing import ParseError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -29,3 +32,13 @@ def parse_env_file(text: str, what: str = "environment file") -> dict[str, str]:
                 value = re.sub(r'\\(["\\$`])', r"\1", value)
         values[name] = value
     return values
+
+
+def read_env_file(path: Path, fix: str) -> dict[str, str]:
+    """An env file read as input (a regular UTF-8 file of at most 1 MiB) and parsed; any problem is one
+    BadInputError naming the path (`fix` says what to do)."""
+    text = read_input_text(path, "environment file", max_bytes=MIB, fix=fix)
+    try:
+        return parse_env_file(text, str(path))
+    except ParseError as exc:
+        raise BadInputError(str(exc), fix) from None

@@ -37,6 +37,7 @@ from npuops.errors import BadInputError, EnvironmentMissingError, MeasurementErr
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.httpclient import base_url
+from npuops.inputfiles import API_KEY_MAX_BYTES, read_input_text
 from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.metrics import Sample, prefix_cache_use, spec_decode_use
@@ -114,11 +115,8 @@ def resolve_target(settings: Settings, request: BenchRequest) -> BenchTarget:
             raise BadInputError(f"--model {request.model} is not a directory", "give the model's local directory")
         key = None
         if request.api_key_file is not None:
-            try:
-                key = request.api_key_file.read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                raise BadInputError(f"cannot read --api-key-file {request.api_key_file}: {exc.strerror}",
-                                    "give a readable file holding the key") from None
+            key = read_input_text(request.api_key_file, "--api-key-file", max_bytes=API_KEY_MAX_BYTES,
+                                  fix="give a readable file holding only the key").strip() or None
         vllm = request.vllm or str(settings.venv / "bin" / "vllm")
         return BenchTarget(request.target, request.target.rstrip("/"), request.model,
                            request.served_model_name or Path(request.model).name, vllm, key, None)

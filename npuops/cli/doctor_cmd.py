@@ -129,7 +129,7 @@ def doctor(ctx: click.Context, level: int, only: str | None, skip: str | None, t
     settings = load_context_settings(ctx, npu_smi=npu_smi)
     api_key = None
     if api_key_file is not None:
-        from npuops.launch.instance_files import read_api_key_file
+        from npuops.inputfiles import read_api_key_file
 
         api_key = read_api_key_file(api_key_file)
     if precision and not only:

@@ -31,7 +31,7 @@ def record(ctx: click.Context, /, endpoint: str, output: Path, served_model: str
 
     Record only from a run you trust: later runs of the same model, dtype and engine are compared with it.
     """
-    from npuops.launch.instance_files import read_api_key_file
+    from npuops.inputfiles import read_api_key_file
     from npuops.precision.served import load_served_config, query_endpoint, served_model_name, write_golden
 
     load_context_settings(ctx)

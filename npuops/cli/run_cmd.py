@@ -45,14 +45,14 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
 
-    from npuops.envfile import parse_env_file
+    from npuops.envfile import read_env_file
     from npuops.service.supervisor import Supervisor, SupervisorOptions
 
     overlay: dict[str, str] = {}
     # Under systemd the unit's EnvironmentFile= already set the environment (and the 0600 file is not ours to
     # read); run by hand, the supervisor reads it itself.
     if "INVOCATION_ID" not in os.environ and os.access(record.env_file, os.R_OK):
-        overlay = parse_env_file(record.env_file.read_text(encoding="utf-8"), str(record.env_file))
+        overlay = read_env_file(record.env_file, f"re-create it with `npuops launch` ({record.name})")
     supervisor = Supervisor(record, dict(os.environ), SupervisorOptions(env_overlay=overlay))
     supervisor.install_signal_handlers()
     outcome = supervisor.run()

@@ -12,12 +12,11 @@ from types import MappingProxyType
 from typing import Any
 
 from npuops.datafiles import load_data_toml
-from npuops.envfile import parse_env_file
+from npuops.envfile import read_env_file
 from npuops.errors import BadInputError
 from npuops.hardware.node import Chip, Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.instance.record import InstanceRecord
-from npuops.parsing import ParseError
 from npuops.settings import Settings
 
 
@@ -179,15 +178,9 @@ class CheckContext:
                 if env_file is None:
                     self._service_env = dict(self.settings.environ)
                 else:
-                    try:
-                        text = env_file.read_text(encoding="utf-8")
-                    except OSError as exc:
-                        raise BadInputError(f"cannot read environment file {env_file}: {exc.strerror}",
-                                            "pass the env file a launch rendered (e.g. /etc/npuops/NAME/env)") from None
-                    try:
-                        self._service_env = parse_env_file(text, str(env_file))
-                    except ParseError as exc:
-                        raise BadInputError(str(exc), "fix the line, or re-render it with `npuops launch`") from None
+                    self._service_env = read_env_file(
+                        env_file, "pass the env file a launch rendered (e.g. /etc/npuops/NAME/env), or re-render it "
+                        "with `npuops launch`")
             return self._service_env
 
     @property

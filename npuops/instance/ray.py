@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npuops.envfile import parse_env_file
+from npuops.envfile import read_env_file
+from npuops.errors import BadInputError
 from npuops.wire import WireObject
 
 if TYPE_CHECKING:
@@ -173,11 +174,12 @@ def ray_auth_env(cluster: ClusterMembership, environ: Mapping[str, str]) -> dict
     if environ.get("RAY_AUTH_TOKEN"):
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": environ["RAY_AUTH_TOKEN"]}
     path = cluster.ray_env_file or ""
+    if not path:
+        return "cannot read the cluster's Ray token: no file recorded (launch the instance again)"
     try:
-        values = parse_env_file(Path(path).read_text(encoding="utf-8"), path)
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        return f"cannot read the cluster's Ray token in {path or '(no file recorded)'}: {reason} (run as root)"
+        values = read_env_file(Path(path), "run as root")
+    except BadInputError as exc:
+        return f"cannot read the cluster's Ray token: {exc.one_line()}"
     token = values.get("RAY_AUTH_TOKEN")
     if not token:
         return f"{path} holds no RAY_AUTH_TOKEN: re-launch the instance"

@@ -25,9 +25,10 @@ from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
+from npuops.inputfiles import read_api_key_file
 from npuops.instance.record import MANAGER_SYSTEMD
 from npuops.instance.status import InstanceStatus
-from npuops.launch.instance_files import LaunchSpec, pd_shared_path, read_api_key_file
+from npuops.launch.instance_files import LaunchSpec, pd_shared_path
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster, render_pd_group, render_replica_group
 from npuops.launch.prepare import LaunchChoices, exposure_note, vllm_executable
 from npuops.plan.disaggregation import EXAMPLE_CONNECTOR

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -141,21 +140,6 @@ def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:
             raise BadInputError(f"--env {key}: the value has a newline or NUL", "give a one-line value")
         out[key] = value
     return out
-
-
-def read_api_key_file(path: Path) -> str:
-    """An API key from a file only its owner can read (it must never reach a command line)."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise BadInputError(f"cannot read API key file {path}: {exc.strerror}", "create it with mode 0600") from None
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise BadInputError(f"API key file {path} is readable by others (mode {stat.S_IMODE(st.st_mode):04o})",
-                            f"chmod 600 {path}")
-    key = path.read_text(encoding="utf-8").strip()
-    if not key or "\n" in key or any(c.isspace() for c in key):
-        raise BadInputError(f"API key file {path} must hold one key on one line", "write only the key into it")
-    return key
 
 
 def timeout_start_sec(plan: Plan) -> int:

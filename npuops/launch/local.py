@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from npuops.doctor.model import CheckOutcome, Status
-from npuops.envfile import parse_env_file
+from npuops.envfile import read_env_file
 from npuops.errors import ExitCode
 from npuops.httpclient import base_url
 from npuops.instance.control import parts_of, stop_foreground
@@ -214,7 +214,7 @@ def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: s
                 report.progress(f"{record.name}: verification failed; stopping it")
                 supervisor.request_stop()
 
-    overlay = parse_env_file(record.env_file.read_text(encoding="utf-8"), str(record.env_file))
+    overlay = read_env_file(record.env_file, "launch it again (the launch writes this file)")
     options = SupervisorOptions(echo_engine_log=False, write_engine_log=True, env_overlay=overlay,
                                 on_stage=on_stage, on_ready=on_ready)
     started = time.monotonic()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from npuops.hardware.node import read_cann
 from npuops.hardware.probe import Probe
+from npuops.inputfiles import read_api_key_file
 from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
 from npuops.launch.ascend_env import capture_set_env
 from npuops.launch.instance_files import (
@@ -18,7 +19,6 @@ from npuops.launch.instance_files import (
     SERVICE_USER,
     InstanceFiles,
     LaunchSpec,
-    read_api_key_file,
     render_instances,
     render_pd_instances,
     write_instance_files,

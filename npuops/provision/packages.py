@@ -17,6 +17,7 @@ from pathlib import Path
 
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
+from npuops.inputfiles import MIB, read_input_text
 
 MANIFEST = "SHA256SUMS"
 KINDS = ("driver", "firmware", "toolkit", "kernels", "nnal")
@@ -80,9 +81,13 @@ def render_sha256sums(sums: Mapping[str, str]) -> str:
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise BadInputError(f"cannot read the package {path}: {exc.strerror}",
+                            "make it readable by this user (or run as root), or remove it from the directory") from None
     return digest.hexdigest()
 
 
@@ -124,11 +129,11 @@ def verify_packages(directory: Path, *, arch: str | None = None, kinds: Iterable
     """Every package in DIR checked against DIR/SHA256SUMS; one package per kind. Refuses (BadInputError) on a
     missing manifest, a file not listed, a checksum that differs, or two packages of one kind."""
     manifest = directory / MANIFEST
-    try:
-        sums = parse_sha256sums(manifest.read_text(encoding="utf-8"), str(manifest))
-    except FileNotFoundError:
-        raise BadInputError(f"{manifest} is missing", f"write it with `npuops packages index {directory}` "
-                            "(after checking the files against the vendor's published checksums)") from None
+    fix = (f"write it with `npuops packages index {directory}` (after checking the files against the vendor's "
+           "published checksums)")
+    if not manifest.exists() and not manifest.is_symlink():
+        raise BadInputError(f"{manifest} is missing", fix)
+    sums = parse_sha256sums(read_input_text(manifest, "checksum list", max_bytes=MIB, fix=fix), str(manifest))
     chosen: dict[str, VerifiedPackage] = {}
     wheels = []
     for path in _package_files(directory):

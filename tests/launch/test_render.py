@@ -15,7 +15,8 @@ import pytest
 
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
-from npuops.launch.instance_files import LaunchSpec, read_api_key_file, render_instances, write_instance_files
+from npuops.inputfiles import read_api_key_file
+from npuops.launch.instance_files import LaunchSpec, render_instances, write_instance_files
 from npuops.launch.render import env_quote, render_template, systemd_quote
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
