@@ -10,25 +10,28 @@ from npuops.inputfiles import MIB, read_input_text
 from npuops.parsing import ParseError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BLANK = " \t"
 
 
 def parse_env_file(text: str, what: str = "environment file") -> dict[str, str]:
     """KEY=VALUE lines as systemd reads them: comments, blank lines, optional quotes, `export ` tolerated."""
     values: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # Only "\n" and "\r" end a line for systemd, and only spaces and tabs are trimmed (str.splitlines() and
+    # str.strip() would also break on U+0085, U+2028 and the like, inside a value).
+    for number, raw in enumerate(re.split(r"\r\n|[\n\r]", text), start=1):
+        line = raw.strip(_BLANK)
         if not line or line.startswith(("#", ";")):
             continue
         if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
+            line = line[len("export ") :].lstrip(_BLANK)
         name, sep, value = line.partition("=")
-        name = name.strip()
+        name = name.strip(_BLANK)
         if not sep or not _NAME.match(name):
             raise ParseError(what, "expected NAME=value", number, raw)
-        value = value.strip()
+        value = value.strip(_BLANK)
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
-            if raw.strip().partition("=")[2].strip()[0] == '"':
+            if raw.strip(_BLANK).partition("=")[2].strip(_BLANK)[0] == '"':
                 value = re.sub(r'\\(["\\$`])', r"\1", value)
         values[name] = value
     return values

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -26,6 +27,8 @@ SYSTEM_CONFIG = Path("/etc/npuops/config.toml")
 # The serving venv provisioning creates (vllm, npuops, ray): the default of `venv` and of what units run.
 DEFAULT_VENV = Path("/opt/npuops/venv")
 ENV_PREFIX = "NPUOPS_"
+# The longest wait a setting may ask for (a day): a bigger one is a typo, not a timeout.
+MAX_SECONDS = 86400.0
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,10 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if isinstance(value, bool):
                 raise TypeError
             number = float(value)
-            if number <= 0:
-                raise TypeError
+            # nan and inf parse as floats, and nan compares False with everything: a range check must say so.
+            if not math.isfinite(number) or not 0 < number <= MAX_SECONDS:
+                raise ConfigError(f"{origin}: {name} = {value!r} is outside its range",
+                                  f"set {name} to a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
             return number
         if isinstance(default, tuple):
             if isinstance(value, str):

@@ -45,7 +45,7 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
     [
         ("ascend_root = [1, 2]", "not a valid path"),
         ("command_timeout_s = 'soon'", "not a valid float"),
-        ("command_timeout_s = -1", "not a valid float"),
+        ("command_timeout_s = -1", "outside its range"),
         ("no_such_key = 1", "unknown setting 'no_such_key'"),
         ("ascend_root = ", "not valid TOML"),
     ],
@@ -86,3 +86,13 @@ def test_other_tools_npuops_variables_are_ignored(tmp_path: Path) -> None:
     s = load_settings({"NPUOPS_REFRESH_GOLDEN": "1", "NPUOPS_ENGINE_PYTHON": "/x"}, home=tmp_path,
                       system_config=tmp_path / "none")
     assert s.ascend_root == Path("/usr/local/Ascend")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-5", "0", "1e9"])
+def test_a_timeout_outside_its_range_names_the_variable_and_the_range(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"NPUOPS_COMMAND_TIMEOUT_S": value}, system_config=tmp_path / "none.toml")
+    assert "NPUOPS_COMMAND_TIMEOUT_S" in refused.value.problem and "outside its range" in refused.value.problem
+    assert "above 0 and at most 86400" in refused.value.fix
+    assert load_settings({"NPUOPS_COMMAND_TIMEOUT_S": "2.5"},
+                         system_config=tmp_path / "none.toml").command_timeout_s == 2.5

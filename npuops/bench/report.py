@@ -24,7 +24,8 @@ _PREDICTED_OF = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "tpot_ms", "e2el":
 def _ratio(measured: float, predicted: float | None) -> float | None:
     if predicted is None or predicted <= 0:
         return None
-    return round(measured / predicted, 4)
+    # Four significant digits, not four decimals: a ratio of 0.0012 must keep its precision too.
+    return float(f"{measured / predicted:.4g}")
 
 
 def prediction_ratios(measured: ServeFigures, predicted: Prediction) -> dict[str, float | None]:

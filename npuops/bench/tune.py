@@ -98,6 +98,9 @@ class Trial:
     measured: dict[str, float] | None = None
     error: str | None = None
     slo_violations: list[str] = field(default_factory=list)
+    # Why the bench's TTFT and TPOT do not time the engine's steps (a stream in bursts), or None; such a bench
+    # is not stored as a calibration sample.
+    stream_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -105,7 +108,8 @@ class Trial:
 
     def as_dict(self) -> dict[str, Any]:
         return {"options": self.candidate.fixed, "predicted": self.predicted, "measured": self.measured,
-                "error": self.error, "slo_violations": self.slo_violations, "meets_slo": self.ok}
+                "error": self.error, "slo_violations": self.slo_violations, "meets_slo": self.ok,
+                "stream_note": self.stream_note}
 
 
 def _around(value: int, factors: tuple[float, ...], low: int, high: int) -> list[int]:
@@ -214,6 +218,7 @@ def run_trial(settings: Settings, request: TuneRequest, trial: Trial, index: int
         report = run_bench(settings, BenchRequest(target=request.name, num_prompts=request.num_prompts),
                            lambda line: None)
         trial.measured = _measured(report)
+        trial.stream_note = report.get("stream_note")
         m = trial.measured
         trial.slo_violations = request.slo.violations(m["ttft_ms"], m["tpot_ms"], m["e2e_ms"])
         progress(f"{head} [{_bar(3)}] {m['output_tokens_per_s']:.1f} tok/s, TTFT {m['ttft_ms']:.1f} ms, TPOT "

@@ -26,6 +26,8 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
               "VENV/bin/vllm (setting `venv`, /opt/npuops/venv)].")
 @click.option("--service-user", default="npuops", show_default=True,
               help="The unprivileged user the unit runs as (member of HwHiAiUser).")
+@click.option("--allow-root", is_flag=True,
+              help="Let --service-user be root (refused otherwise); every launch and status then warn.")
 @click.option("--start-timeout", type=click.IntRange(10), help="Seconds to wait for /health [default: from the plan].")
 @click.option("--watchdog", "watchdog_s", type=click.IntRange(5), default=60, show_default=True,
               help="Restart the engine after this many seconds without an answer from /health.")
@@ -48,8 +50,8 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str | None,
-           service_user: str, start_timeout: int | None, watchdog_s: int, verify: bool, golden: Path | None,
-           foreground: bool, dry_run: bool,
+           service_user: str, allow_root: bool, start_timeout: int | None, watchdog_s: int, verify: bool,
+           golden: Path | None, foreground: bool, dry_run: bool,
            output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
            cluster_wait_s: int, ray_node_resources: str | None, env_items: tuple[str, ...], as_json: bool,
            tuned_file: Path | None, **flags: Any) -> None:
@@ -83,7 +85,7 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
 
     choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
                             service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
-                            extra_env=extra_env, foreground=foreground)
+                            extra_env=extra_env, foreground=foreground, allow_root=allow_root)
     if request.pd is not None and (foreground or tuned_file is not None or verify):
         raise UsageError("--pd launches prefill and decode engines as services behind a PD router",
                          "drop --foreground, --tuned and --verify with --pd")

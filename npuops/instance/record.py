@@ -32,7 +32,7 @@ _INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
 
 def validate_instance_name(name: str) -> str:
-    if not _INSTANCE_NAME.match(name):
+    if not isinstance(name, str) or not _INSTANCE_NAME.fullmatch(name):  # fullmatch: `$` lets a final \n through
         raise BadInputError(f"instance name {name!r} is not usable",
                             "use 1-48 lower-case letters, digits and dashes, starting with a letter or digit")
     return name

@@ -104,6 +104,8 @@ class InstanceStatus:
     last_bench: Mapping[str, Any] | None = None
     # An engine of a disaggregated instance: its pool (prefill or decode).
     pd_role: str | None = None
+    # What the operator should know every time they look (a unit that runs as root).
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -130,6 +132,8 @@ class InstanceStatus:
             data["last_bench"] = dict(self.last_bench)
         if self.pd_role is not None:
             data["pd_role"] = self.pd_role
+        if self.warnings:
+            data["warnings"] = list(self.warnings)
         data["state"] = self.state
         return data
 
@@ -156,6 +160,7 @@ class InstanceStatus:
             metrics_port=status.opt_integer("metrics_port"),
             last_bench=dict(bench.data) if (bench := status.opt_obj("last_bench")) is not None else None,
             pd_role=status.opt_text("pd_role"),
+            warnings=status.texts("warnings"),
         )
 
 
@@ -267,7 +272,16 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         pd_role=record.pd_role,
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
         last_bench=bench_headline(report) if (report := last_bench(record)) is not None else None,
+        warnings=record_warnings(record),
     )
+
+
+def record_warnings(record: InstanceRecord) -> tuple[str, ...]:
+    """What status says about an instance every time (pure): a unit that runs as root."""
+    if record.service_user == "root":
+        return ("the unit runs as root (launched with --allow-root): a compromised engine owns the node; "
+                "launch it again with an unprivileged --service-user",)
+    return ()
 
 
 def _router_metrics(record: InstanceRecord) -> dict[str, Any] | None:
@@ -328,6 +342,7 @@ def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str
 
 def render_status_text(status: InstanceStatus) -> str:
     lines = [f"{status.name}: {status.state}  ({status.model} on {status.url})"]
+    lines += [f"  warning   {warning}" for warning in status.warnings]
     unit = status.unit_state
     if unit:
         restarts = f", {unit.restarts} restart(s)" if unit.restarts else ""

@@ -364,9 +364,7 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
                              ray_resources=group.ray_node_resources, ray_token=secrets.token_hex(32))
     launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts,
                          strategy="replicas" if replicas else None)
-    exposed = exposure_note(choices.host, api_key)
-    if exposed:
-        launch.notes.append(exposed)
+    launch.notes.extend(note for note in (exposure_note(choices.host, api_key), choices.root_note) if note)
     return launch, hosts, ordered
 
 
@@ -396,9 +394,7 @@ def _prepare_pd_group(settings: Settings, request: PlanRequest, choices: LaunchC
     if pd.connector == EXAMPLE_CONNECTOR:
         launch.notes.append(f"ExampleConnector over hosts: {pd_shared_path(pd, spec)} must be one shared file system "
                             "(NFS) on every host of the group, or the decode engines never find the prompts' KV")
-    exposed = exposure_note(choices.host, spec.api_key)
-    if exposed:
-        launch.notes.append(exposed)
+    launch.notes.extend(note for note in (exposure_note(choices.host, spec.api_key), choices.root_note) if note)
     return launch
 
 

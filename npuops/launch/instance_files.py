@@ -31,7 +31,7 @@ from npuops.instance.record import (
     InstanceRecord,
     validate_instance_name,
 )
-from npuops.launch.render import render_template
+from npuops.launch.render import env_quote, render_template
 from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan, PdPool
 from npuops.plan.result import Plan
 from npuops.plan.router import DEFAULT_POLICY, RouterOptions
@@ -132,12 +132,11 @@ def parse_env_assignments(items: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.match(key):
+        if not sep or not _ENV_NAME.fullmatch(key):
             raise BadInputError(f"--env {item!r} is not KEY=VALUE", "write it like --env HCCL_CONNECT_TIMEOUT=1200")
         if key in _RESERVED_ENV:
             raise BadInputError(f"--env {key} is set by npuops", "use --api-key-file for the key; models are local")
-        if "\n" in value or "\x00" in value:
-            raise BadInputError(f"--env {key}: the value has a newline or NUL", "give a one-line value")
+        env_quote(value, f"--env {key}: the value")  # refuses a control character (a newline would add a line)
         out[key] = value
     return out
 
@@ -281,8 +280,12 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
     routed = routing is not None or (plan.router is not None and len(replicas) > 1)
     # Behind a router the replicas take the ports after the router's, then the router's metrics port.
     last_port = spec.port + len(replicas) + (1 if routed else -1)
-    if not 1 <= spec.port <= 65535 or last_port > 65535:
+    if not 1 <= spec.port <= 65535:
         raise BadInputError(f"port {spec.port} is out of range", "choose a port between 1024 and 65535")
+    if last_port > 65535:
+        what = f"{len(replicas)} replicas" + (" and the router's metrics" if routed else "")
+        raise BadInputError(f"--port {spec.port}: the ports of {what} run to {last_port}, past 65535",
+                            f"choose --port {65535 - (last_port - spec.port)} or lower")
     model_arg = _model_argument(plan)
     instances = []
     for index, replica in enumerate(replicas):

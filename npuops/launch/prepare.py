@@ -3,15 +3,18 @@ the CANN environment the env file carries, the API key, the notes worth printing
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from npuops.errors import BadInputError
 from npuops.hardware.node import read_cann
 from npuops.hardware.probe import Probe
 from npuops.inputfiles import read_api_key_file
-from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD
+from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD, validate_instance_name
 from npuops.launch.ascend_env import capture_set_env
 from npuops.launch.instance_files import (
     DEFAULT_STOP_TIMEOUT_S,
@@ -23,6 +26,7 @@ from npuops.launch.instance_files import (
     render_pd_instances,
     write_instance_files,
 )
+from npuops.launch.render import env_name, env_quote, unit_user
 from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
 from npuops.settings import Settings
@@ -45,6 +49,27 @@ class LaunchChoices:
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
     extra_env: Mapping[str, str] = field(default_factory=dict)
     foreground: bool = False
+    # The unit may run as root only when the operator says so (--allow-root); every launch and status warn.
+    allow_root: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse what no unit, env file or vllm.yaml may hold, before anything is planned or written."""
+        validate_instance_name(self.name)
+        check_bind_address(self.host)
+        unit_user(self.service_user)
+        if self.service_user == "root" and not self.allow_root:
+            raise BadInputError("--service-user root would run the engine with every privilege of the node",
+                                "use an unprivileged user (the default npuops, which provisioning creates), or "
+                                "add --allow-root if it must be root")
+        for key, value in self.extra_env.items():
+            env_name(key)
+            env_quote(value, f"--env {key}: the value")
+
+    @property
+    def root_note(self) -> str | None:
+        if self.service_user != "root":
+            return None
+        return "the unit runs as root (--allow-root): a compromised engine owns the node"
 
 
 @dataclass(frozen=True)
@@ -53,6 +78,25 @@ class PreparedLaunch:
     api_key: str | None
     notes: list[str]
     spec: LaunchSpec
+
+
+# A host name as RFC 1123 allows it (labels of letters, digits and inner dashes); anything else must be an address.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+
+
+def check_bind_address(host: str) -> str:
+    """--host: an IPv4 or IPv6 address, or a host name; nothing else reaches vllm.yaml or a router's command."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host):
+        raise BadInputError(f"--host {host!r} is neither an IP address nor a host name",
+                            "give an address of this node, e.g. 127.0.0.1 (the default) or 0.0.0.0 for every "
+                            "interface")
+    return host
 
 
 def vllm_executable(settings: Settings, choice: str | None) -> str:
@@ -93,9 +137,7 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
     (`pd`: a disaggregated plan's engines and its PD router instead of `plan`'s replicas)."""
     api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
     ascend_env, notes = cann_environment(settings, plan)
-    exposed = exposure_note(choices.host, api_key)
-    if exposed:
-        notes.append(exposed)
+    notes += [note for note in (exposure_note(choices.host, api_key), choices.root_note) if note]
     spec = LaunchSpec(
         name=choices.name, host=choices.host, port=choices.port, api_key=api_key, service_user=choices.service_user,
         vllm_command=(vllm_executable(settings, choices.vllm), "serve"), npuops_command=(npuops_executable(settings),),

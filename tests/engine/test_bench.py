@@ -113,7 +113,11 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     assert ratios["tpot"] == pytest.approx(measured["latency"]["tpot"]["median_ms"] / predicted["tpot_ms"], rel=1e-2)
     limit = report["hardware_limit"]
     assert 0 < limit["decode_fraction"] < 1 and 0 < limit["prefill_fraction"] < 1
-    assert report["stream_note"] is None and report["calibration"]["samples"] == 1  # a step-by-step stream
+    if report["stream_note"] is None:  # a step-by-step stream: the bench is a calibration sample
+        assert report["calibration"]["samples"] == 1, report["calibration"]
+    else:  # on a busy host the API server can fall behind and stream in bursts: named, kept out of calibration
+        assert "bursts" in report["stream_note"] and report["calibration"] == {
+            "skipped": "the stream came in bursts"}, report
     assert report["stack"]["vllm"] and report["hardware"].startswith("cpu (")
     assert "sk-bench-key" not in done.stdout + done.stderr
     assert "sk-bench-key" not in json.dumps(report["vllm_bench_argv"])

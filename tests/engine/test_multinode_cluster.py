@@ -77,7 +77,7 @@ def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, eng
     # engine venv, inert unless asked) gives it vllm-ascend's "NPU", and each Ray node offers one such resource.
     flags = [f for f in PLAN_FLAGS if f != "--enforce-eager"]
     rc, out, err = npuops("launch", str(tiny_model), *flags, "--name", name, "-i", str(inventory), "--group", "fleet",
-                          "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root",
+                          "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root", "--allow-root",
                           "--env", "NPUOPS_CPU_RAY_PLATFORM=1", "--ray-node-resources", '{"NPU": 1}',
                           "--artifacts", str(artifacts), "--cluster-wait", "120", "--json", timeout=900)
     try:

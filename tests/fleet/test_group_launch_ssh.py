@@ -38,7 +38,7 @@ def test_launch_stops_at_a_network_the_cluster_cannot_use(ssh_fleet: StartFleet,
     assert blocked.returncode == 0, blocked
 
     done = subprocess.run([str(NPUOPS), "launch", str(MODEL), "--hardware", "910B3x8", "--name", "net",
-                           "-i", str(inventory), "--group", "fleet", "--service-user", "root",
+                           "-i", str(inventory), "--group", "fleet", "--service-user", "root", "--allow-root",
                            "--artifacts", str(tmp_path / "artifacts"), "--json"],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 1, done.stderr[-3000:]

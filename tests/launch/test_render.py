@@ -125,7 +125,7 @@ def test_hostile_values_stay_quoted(tmp_path: Path) -> None:
     assert systemd_quote("a$b%c") == '"a$$b%%c"'
     assert systemd_quote('x"; rm -rf /') == '"x\\"; rm -rf /"'
     assert parse_env_file("K=" + env_quote('va"l $x \\ y') + "\n")["K"] == 'va"l $x \\ y'
-    with pytest.raises(ValueError):
+    with pytest.raises(BadInputError, match="control character"):
         systemd_quote("line\nbreak")
 
 

@@ -123,8 +123,11 @@ def test_router_record_round_trips(tiny: Path) -> None:
 
 
 def test_port_range_counts_the_replicas_and_the_metrics_port(tiny: Path) -> None:
-    with pytest.raises(BadInputError, match="out of range"):
+    # The real problem named: the replicas' ports and the router's metrics port run past 65535 (not "out of range").
+    with pytest.raises(BadInputError, match=r"--port 65533: the ports of 2 replicas and the router's metrics run "
+                                            r"to 65536, past 65535") as refused:
         _rendered(tiny, port=65533)
+    assert "--port 65532 or lower" in refused.value.fix
     assert _rendered(tiny, port=65532)[-1].record.metrics_port == 65535
 
 
