@@ -6,6 +6,9 @@ import re
 
 from npuops.errors import BadInputError
 
+# More NPUs than any Ascend server holds (an A3 super node's 16 chips are 32 dies; a 384-chip pod is many nodes).
+MAX_DEVICES = 64
+
 
 def parse_device_list(text: str, available: int | None = None) -> tuple[int, ...]:
     """`0-3,6` -> (0, 1, 2, 3, 6). Ids are device (Phy-)ids; `available` bounds them when known."""
@@ -22,14 +25,14 @@ def parse_device_list(text: str, available: int | None = None) -> tuple[int, ...
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise BadInputError(f"device list {text!r}: range {item} runs backwards", f"write {last}-{first}")
+        # Bounded before anything is expanded: "0-99999999999" would otherwise fill the memory first.
+        bound = available if available is not None else MAX_DEVICES
+        if last >= bound:
+            raise BadInputError(
+                f"device list {text!r}: device {last} does not exist on a {bound}-device node"
+                if available is not None else f"device list {text!r}: device {last} is beyond any node's "
+                f"{MAX_DEVICES} devices", f"use ids 0-{bound - 1}")
         ids.extend(range(first, last + 1))
     if len(set(ids)) != len(ids):
         raise BadInputError(f"device list {text!r} names a device twice", "list each device once")
-    if available is not None:
-        beyond = [i for i in ids if i >= available]
-        if beyond:
-            raise BadInputError(
-                f"device list {text!r}: device {beyond[0]} does not exist on a {available}-device node",
-                f"use ids 0-{available - 1}",
-            )
     return tuple(sorted(ids))

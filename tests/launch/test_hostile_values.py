@@ -211,3 +211,10 @@ def test_a_hostile_instance_renders_the_settings_of_a_benign_one_or_is_refused(
     assert served["served-model-name"] == model_name
     assert json.loads(files["instance.json"])["model_path"].endswith("/" + model_name)
     assert set(served) == set(yaml.safe_load(benign["vllm.yaml"]))
+
+
+def test_an_instance_name_with_a_trailing_newline_is_refused_by_its_check() -> None:
+    # `re.match(r"...$")` lets a final "\n" through; the name would then fail later with a message about a path.
+    for name in ("demo\n", "demo\n\n", "de\nmo", "demo "):
+        assert "instance name" in _refused_in_one_line(LaunchChoices, name).problem
+    assert LaunchChoices(name="demo-1").name == "demo-1"

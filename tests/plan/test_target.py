@@ -45,6 +45,12 @@ def test_device_lists() -> None:
             parse_device_list(bad)
     with pytest.raises(BadInputError, match="does not exist"):
         parse_device_list("0-8", available=8)
+    # A huge range is refused before it is expanded (it would fill the memory first), with or without a node.
+    for huge in ("0-99999999999", "99999999999999999999", "3,0-1000000000000000"):
+        with pytest.raises(BadInputError, match="beyond any node's 64 devices"):
+            parse_device_list(huge)
+    with pytest.raises(BadInputError, match="device 99999999999 does not exist on a 16-device node"):
+        parse_device_list("0-99999999999", available=16)
 
 
 def test_devices_subset_and_nodes() -> None:
