@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import time
@@ -20,6 +21,7 @@ from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError, ConfigError
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.state import SupervisorState
+from npuops.ranges import MAX_DEVICES
 from npuops.wire import WireFormatError
 
 # The files of one instance and their modes: the env file may hold an API key.
@@ -205,6 +207,9 @@ class InstanceRecord:
         known = {f.name for f in fields(cls)}
         try:
             values = {k: v for k, v in data.items() if k in known}
+            for f in fields(cls):
+                if f.name in values and f.name != "cluster":
+                    _check_field(f.name, str(f.type), values[f.name])
             for key in ("devices", "vllm_command", "supervisor_command", "replicas", "backends"):
                 if not isinstance(values.get(key, []), list):
                     raise TypeError(f"{key} must be a list")
@@ -232,6 +237,47 @@ class InstanceRecord:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where} is not an npuops instance record ({exc})",
                               "re-create it with `npuops launch`") from None
+
+
+# The ranges a record's numbers must lie in: a port beyond 65535 or a device id in the billions would break every
+# command that reads the record (a socket, a range, a unit setting) far from where the bad value came from.
+_PORTS = (1, 65535)
+_RANGES: dict[str, tuple[float, float]] = {
+    "port": _PORTS, "metrics_port": _PORTS, "kv_port": _PORTS, "kv_port_span": (0, 65535),
+    "timeout_start_s": (0, 10**7), "watchdog_s": (0, 10**7), "stop_timeout_s": (0, 10**7),
+    "gpu_memory_utilization": (0, 1), "devices": (0, MAX_DEVICES - 1), "created_at": (0, 10**11),
+}
+
+
+def _check_field(name: str, annotation: str, value: Any) -> None:
+    """One field of a record read from JSON: its type as the dataclass declares it, and its range (raises
+    TypeError or ValueError naming the field)."""
+    kind = annotation.removesuffix(" | None")
+    if value is None:
+        if kind != annotation:
+            return
+        raise TypeError(f"{name} is null")
+    items = value if kind.startswith("tuple[") else [value]
+    if kind.startswith("tuple[") and not isinstance(value, list):
+        raise TypeError(f"{name} must be a list")
+    element = kind.removeprefix("tuple[").split(",")[0].rstrip("]")
+    for item in items:
+        if element == "str":
+            ok = isinstance(item, str)
+        elif element == "bool":
+            ok = isinstance(item, bool)
+        elif element in ("int", "float"):
+            ok = isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item) and (
+                element == "float" or float(item).is_integer())
+        elif element.startswith("dict"):
+            ok = isinstance(item, dict)
+        else:
+            ok = True
+        if not ok:
+            raise TypeError(f"{name} must be {'a list of ' if kind != element else ''}{element}, not {item!r:.40}")
+        low, high = _RANGES.get(name, (None, None))
+        if low is not None and high is not None and not low <= item <= high:
+            raise ValueError(f"{name} {item!r:.40} is outside {low:g}..{high:g}")
 
 
 def record_path(state_dir: Path, name: str) -> Path:

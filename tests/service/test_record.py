@@ -188,3 +188,31 @@ def test_a_cluster_that_is_no_membership_is_a_config_error(tmp_path: Path, clust
     with pytest.raises(ConfigError, match="is not an npuops instance record") as caught:
         InstanceRecord.from_json(data, "test")
     assert "\n" not in caught.value.one_line()
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("port", 99999999, "port 99999999 is outside 1..65535"),
+    ("port", "8000", "port must be int"),
+    ("devices", [0, 99999999999], "devices 99999999999 is outside 0..63"),
+    ("devices", "0-3", "devices must be a list"),
+    ("model_path", None, "model_path is null"),
+    ("instance_dir", None, "instance_dir is null"),
+    ("watchdog_s", float("nan"), "watchdog_s must be int"),
+    ("gpu_memory_utilization", 7, "gpu_memory_utilization 7 is outside 0..1"),
+    ("metrics_port", -1, "metrics_port -1 is outside 1..65535"),
+    ("vllm_command", ["vllm", 3], "vllm_command must be a list of str"),
+    ("graph_mode", "yes", "graph_mode must be bool"),
+])
+def test_each_field_is_checked_when_a_record_is_read(tmp_path: Path, field: str, value: Any, problem: str) -> None:
+    """A number out of range or a null path in one record is named when it is read, not met later as a crash
+    (a socket's OverflowError, Path(None)) in every command that lists the instances."""
+    data = {**make_record(tmp_path).to_json(), field: value}
+    with pytest.raises(ConfigError) as caught:
+        InstanceRecord.from_json(data, "rec.json")
+    assert problem in caught.value.problem and "rec.json" in caught.value.problem, caught.value.problem
+    assert "\n" not in caught.value.one_line()
+    # One bad record does not break the reading of the others.
+    good = make_record(tmp_path, name="good")
+    write_record(good)
+    _write_json(tmp_path / "bad" / RECORD_FILE, {**make_record(tmp_path, name="bad").to_json(), field: value})
+    assert [r.name for r in list_records(tmp_path)] == ["good"]
