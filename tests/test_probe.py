@@ -84,3 +84,26 @@ def test_probe_reads_files_under_root(tmp_path: Path) -> None:
     assert probe.exists("/etc/x") and not probe.exists("/etc/y")
     assert probe.glob("/etc", "*") == ["x"]
     assert probe.glob("/nowhere", "*") == []
+
+
+def test_a_timeout_kills_the_tools_children_too(tmp_path: Path) -> None:
+    """A vendor tool that started a child holding its output: at the timeout the whole process group is killed,
+    so the call returns instead of waiting on the child's pipe, and no child is left running."""
+    pid_file = tmp_path / "child.pid"
+    tool = tmp_path / "tool"
+    tool.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pid_file}\nsleep 300\n")
+    tool.chmod(0o755)
+    results: list[CommandResult] = []
+    call = threading.Thread(target=lambda: results.append(SubprocessRunner("", {}).run([str(tool)], timeout=1.0)),
+                            daemon=True)
+    call.start()
+    call.join(timeout=120)  # a hang detector, not a timing: the tool and its child would run 300 s
+    assert results, "the call waited for the tool's child"
+    assert results[0].returncode == RC_TIMEOUT and "timed out after 1 s" in (results[0].error or "")
+    child = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        threading.Event().wait(0.1)
+    else:
+        raise AssertionError(f"the tool's child {child} still runs")

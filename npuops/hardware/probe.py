@@ -9,8 +9,10 @@ Tests replace the runner (`FakeRunner`-style objects with the same `run` signatu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -85,24 +87,25 @@ class SubprocessRunner:
         # Vendor tools localise their output; the parsers read the C locale's.
         run_env.setdefault("LC_ALL", "C")
         try:
-            completed = subprocess.run(  # argv list, no shell
-                (program, *args[1:]),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                env=run_env,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return CommandResult(args, RC_TIMEOUT, out, "", time.monotonic() - start, f"timed out after {timeout:g} s")
+            # A process group of its own (argv list, no shell): at the timeout the whole group is killed, the
+            # children a vendor tool started too; killing only the tool would leave them holding its pipes, and
+            # reading to their end would wait for them.
+            process = subprocess.Popen((program, *args[1:]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       stdin=subprocess.DEVNULL, text=True, errors="replace", env=run_env,
+                                       start_new_session=True)
         except PermissionError as exc:
             return CommandResult(args, RC_NOT_EXECUTABLE, "", "", time.monotonic() - start, f"not executable: {exc}")
         except OSError as exc:
             return CommandResult(args, RC_NOT_EXECUTABLE, "", "", time.monotonic() - start, f"cannot run: {exc}")
-        return CommandResult(args, completed.returncode, completed.stdout, completed.stderr, time.monotonic() - start)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            out, _ = process.communicate()
+            return CommandResult(args, RC_TIMEOUT, out or "", "", time.monotonic() - start,
+                                 f"timed out after {timeout:g} s")
+        return CommandResult(args, process.returncode, out, err, time.monotonic() - start)
 
 
 class Probe:
