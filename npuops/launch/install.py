@@ -113,6 +113,9 @@ def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str 
     except PermissionError:
         raise BadInputError(f"cannot write {directory}: permission denied",
                             "run `npuops launch` as root (it installs a system service)") from None
+    except OSError as exc:  # read-only, full, not a directory: named, never a traceback
+        raise BadInputError(f"cannot write {exc.filename or directory}: {exc.strerror}",
+                            "make the state directory (setting state_dir) writable, or point it elsewhere") from None
 
 
 def install(instance: InstanceFiles, state_dir: Path, manager: SystemdManager) -> list[Path]:
@@ -123,6 +126,9 @@ def install(instance: InstanceFiles, state_dir: Path, manager: SystemdManager) -
     except PermissionError:
         raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: permission denied",
                             "run `npuops launch` as root") from None
+    except OSError as exc:
+        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: {exc.strerror}",
+                            "make the unit directory (setting unit_dir) writable") from None
     manager.enable(instance.unit_name)
     return written
 

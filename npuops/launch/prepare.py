@@ -153,5 +153,9 @@ def write_dry_run(instances: list[InstanceFiles], output: Path) -> dict[str, lis
     written: dict[str, list[str]] = {}
     for instance in instances:
         directory = output / instance.name if len(instances) > 1 else output
-        written[instance.name] = [str(p) for p in write_instance_files(directory, instance)]
+        try:
+            written[instance.name] = [str(p) for p in write_instance_files(directory, instance)]
+        except OSError as exc:  # read-only, full, not a directory, no permission
+            raise BadInputError(f"cannot write {exc.filename or directory}: {exc.strerror}",
+                                "give --output a directory you can write to") from None
     return written

@@ -13,6 +13,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target
+from tests.support.paths import REPO
 from tests.support.unit_syntax import expand_specifiers, parse_env_file, parse_unit, split_command_line
 
 # The pieces attackers and clumsy operators reach for, mixed with arbitrary text and file-name bytes that are
@@ -218,3 +221,16 @@ def test_an_instance_name_with_a_trailing_newline_is_refused_by_its_check() -> N
     for name in ("demo\n", "demo\n\n", "de\nmo", "demo "):
         assert "instance name" in _refused_in_one_line(LaunchChoices, name).problem
     assert LaunchChoices(name="demo-1").name == "demo-1"
+
+
+def test_a_directory_that_cannot_be_written_is_named_in_one_line(model_root: Path, tmp_path: Path) -> None:
+    """Not a directory (as root a read-only mode would not stop the write; the same OSError path): the path and
+    the fix, exit 3, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = subprocess.run([sys.executable, "-m", "npuops", "launch", str(_model(model_root, "tiny-llama")),
+                           "--hardware", "cpu", "--dry-run", "--output", str(blocker / "out")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot write {blocker}/out" in done.stderr and "Not a directory" in done.stderr, done.stderr
+    assert "fix: give --output a directory you can write to" in done.stderr
