@@ -84,26 +84,32 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
 @click.option("--json", "as_json", is_flag=True, help="Print the instances as JSON.")
 @click.pass_context
 def list_(ctx: click.Context, /, as_json: bool) -> None:
-    """The instances launched on this node, one line each."""
-    from npuops.instance.record import list_records
+    """The instances launched on this node, one line each (an unreadable record too: exit 1 then)."""
+    from npuops.instance.record import UNREADABLE, scan_records
     from npuops.instance.status import instance_status
     from npuops.textout import table
 
     settings = load_context_settings(ctx)
     manager = _manager(settings)
-    statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in list_records(settings.state_dir)]
+    records, unreadable = scan_records(settings.state_dir)
+    statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in records]
     # A replica behind a router is listed too (with its internal URL): `list` is every unit npuops put here.
     if as_json:
-        click.echo(json.dumps({"ok": True, "instances": [
+        click.echo(json.dumps({"ok": not unreadable, "instances": [
             {"name": r.name, "state": s.state, "url": s.url, "model": r.served_model_name,
-             "manager": r.manager, "unit": s.unit, "devices": list(r.devices)} for r, s in statuses]}, indent=2))
-        return
-    if not statuses:
+             "manager": r.manager, "unit": s.unit, "devices": list(r.devices)} for r, s in statuses]
+            + [u.to_json() for u in unreadable]}, indent=2))
+    elif not statuses and not unreadable:
         click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
-        return
-    rows = [(r.name, s.state, s.url, r.served_model_name, ",".join(map(str, r.devices)) or "-",
-             r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
-    click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
+    else:
+        rows = [(r.name, s.state, s.url, r.served_model_name, ",".join(map(str, r.devices)) or "-",
+                 r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
+        rows += [(u.name, UNREADABLE, "-", "-", "-", "-") for u in unreadable]
+        click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
+        for u in unreadable:
+            click.echo(f"{u.name}: {u.problem}; fix: {u.fix}")
+    if unreadable:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
 
 
 @click.command()
@@ -116,8 +122,7 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
     """Stop instance NAME gracefully (the engine finishes and frees its chips). It stays installed and enabled.
 
     With -i INVENTORY --group GROUP: the first host (the endpoint) first, then every other host's part."""
-    from npuops.instance.control import stop_instance
-    from npuops.instance.record import load_record
+    from npuops.instance.control import stop_by_name
 
     grouped = _group_call(ctx, name, inventory, group, artifacts, as_json)
     if grouped is not None:
@@ -136,14 +141,17 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
     settings = load_context_settings(ctx)
-    record = load_record(settings.state_dir, name)
     started = time.monotonic()
-    stopped = stop_instance(record, _manager(settings))
+    outcome = stop_by_name(settings.state_dir, name, _manager(settings))
+    stopped = outcome.stopped
     seconds = time.monotonic() - started
     if as_json:
-        click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2)}))
+        click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2),
+                               **({"orphans": list(outcome.orphans)} if outcome.orphans else {})}))
     else:
         click.echo(f"{name}: {'stopped' if stopped else 'still running'} ({seconds:.1f} s)")
+        for unit in outcome.orphans:
+            click.echo(f"  also {unit}: found in the unit directory, its record unreadable or gone")
     if not stopped:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
 

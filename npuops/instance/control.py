@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import socket
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from npuops.errors import BadInputError, ConfigError, UsageError
 from npuops.httpclient import client_host
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, load_record, read_status
+from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, load_record, read_status, scan_records
 
 
 def port_taken(host: str, port: int) -> bool:
@@ -116,3 +119,51 @@ def select_part(record: InstanceRecord, part: str | None) -> list[InstanceRecord
     names = ", ".join([*(["router"] if record.is_router else []), *(p.name.removeprefix(record.name + "-")
                                                                      for p in parts)])
     raise BadInputError(f"{record.name} has no part {part!r}", f"use --part with one of {names}")
+
+
+# The units an instance NAME can have on a host: its engine or router, the replicas and PD engines behind a
+# router (NAME-r0, NAME-p0, NAME-d0, ...) and a Ray node.
+_UNIT_OF = r"npuops-{name}(-router|-ray|-[rpd]\d+)?\.service"
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    stopped: bool
+    # Units of the instance found only in the unit directory (their record is unreadable or gone): stopped too.
+    orphans: tuple[str, ...] = ()
+
+
+def units_on_disk(name: str, unit_dir: Path, owned_elsewhere: set[str]) -> list[str]:
+    """The unit files in `unit_dir` that belong to instance `name` by their name, less the units another
+    instance's readable record owns (an instance may itself be called NAME-r0)."""
+    pattern = re.compile(_UNIT_OF.format(name=re.escape(name)))
+    try:
+        names = sorted(entry.name for entry in os.scandir(unit_dir))
+    except OSError:
+        return []
+    return [unit for unit in names if pattern.fullmatch(unit) and unit not in owned_elsewhere]
+
+
+def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOutcome:
+    """`npuops stop NAME`: every part its records name, then every unit of NAME in the unit directory that no
+    readable record accounted for (a replica whose record is damaged still holds its chips). An instance that has
+    neither a record nor a unit is bad input, named as load_record names it."""
+    records, _ = scan_records(state_dir)
+    record = next((r for r in records if r.name == name), None)
+    mine = {name} | ({p.name for p in parts_of(record)} if record is not None else set())
+    owned_elsewhere = {unit for r in records if r.name not in mine and r.behind != name for unit in r.units}
+    on_disk = units_on_disk(name, manager.unit_dir, owned_elsewhere)
+    if record is None and not on_disk:
+        load_record(state_dir, name)  # raises: no such instance, or its record's own problem and fix
+    stopped = stop_instance(record, manager) if record is not None else True
+    accounted = {unit for r in [*([record] if record else []), *(parts_of(record) if record else [])]
+                 for unit in r.units}
+    orphans = tuple(unit for unit in on_disk if unit not in accounted)
+    if orphans:
+        reason = manager.unavailable_reason()
+        if reason:
+            raise UsageError(f"cannot stop {', '.join(orphans)}: {reason}", "stop them where they run")
+        for unit in orphans:
+            manager.stop(unit)
+        stopped = stopped and all(manager.state(u).active_state in ("inactive", "failed") for u in orphans)
+    return StopOutcome(stopped, orphans)

@@ -19,6 +19,7 @@ from typing import Any
 from npuops import __version__
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError, ConfigError
+from npuops.inputfiles import MIB, read_input_text
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.state import SupervisorState
 from npuops.ranges import MAX_DEVICES
@@ -292,15 +293,14 @@ def write_record(record: InstanceRecord) -> Path:
 
 def load_record(state_dir: Path, name: str) -> InstanceRecord:
     path = record_path(state_dir, name)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not (path.exists() or path.is_symlink()):
         known = [r.name for r in list_records(state_dir)]
         hint = f"known instances: {', '.join(known)}" if known else "no instance was launched here yet"
         raise BadInputError(f"no instance named {name!r} in {state_dir}",
-                            f"use a name from `npuops list` ({hint})") from None
-    except OSError as exc:
-        raise BadInputError(f"cannot read {path}: {exc.strerror}", "run as a user that can read it (root)") from None
+                            f"use a name from `npuops list` ({hint})")
+    # A regular UTF-8 file of bounded size: a FIFO, a huge or a binary file is named, not waited on or crashed on.
+    text = read_input_text(path, "instance record", max_bytes=MIB,
+                           fix=f"re-create it with `npuops launch` (as {name!r}), or run as a user that can read it")
     try:
         data = json.loads(text)
     except ValueError:
@@ -319,22 +319,46 @@ def remove_instance_dir(state_dir: Path, name: str) -> None:
         directory.rmdir()  # only when nothing else (an operator's file) is left in it
 
 
-def list_records(state_dir: Path) -> list[InstanceRecord]:
-    """Every readable instance record under state_dir, by name; unreadable ones are left out."""
-    records = []
+# The state `list` and `status` give an instance whose record cannot be read.
+UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True)
+class UnreadableRecord:
+    """An instance directory whose record cannot be used: shown by `list` and `status` as a row with the problem
+    and the fix, never left out (its unit may still run and hold chips)."""
+
+    name: str
+    problem: str
+    fix: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "state": UNREADABLE, "problem": self.problem, "fix": self.fix}
+
+
+def scan_records(state_dir: Path) -> tuple[list[InstanceRecord], list[UnreadableRecord]]:
+    """Every instance record under state_dir by name: the readable ones, and a row for each one that is not (one
+    bad record never hides or breaks another)."""
+    records: list[InstanceRecord] = []
+    unreadable: list[UnreadableRecord] = []
     try:
         entries = sorted(os.scandir(state_dir), key=lambda e: e.name)
     except OSError:
-        return []
+        return [], []
     for entry in entries:
         path = Path(entry.path) / RECORD_FILE
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             continue
         try:
             records.append(load_record(state_dir, entry.name))
-        except (BadInputError, ConfigError):
-            continue
-    return records
+        except (BadInputError, ConfigError) as exc:
+            unreadable.append(UnreadableRecord(entry.name, exc.problem, exc.fix))
+    return records, unreadable
+
+
+def list_records(state_dir: Path) -> list[InstanceRecord]:
+    """Every readable instance record under state_dir, by name (scan_records also names the unreadable ones)."""
+    return scan_records(state_dir)[0]
 
 
 def write_status(record: InstanceRecord, state: SupervisorState) -> None:

@@ -25,10 +25,12 @@ from npuops.instance.record import (
     MANAGER_SYSTEMD,
     ROLE_REPLICAS,
     ROLE_ROUTER,
+    UNREADABLE,
     InstanceRecord,
-    list_records,
+    UnreadableRecord,
     load_record,
     read_status,
+    scan_records,
 )
 from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
@@ -308,9 +310,14 @@ def wait_for_statuses(state_dir: Path, name: str | None, manager: SystemdManager
     """The status of instance `name` (of every instance without a name), waiting up to `wait_s` until each is
     healthy or failed; an instance whose record a launch has not written yet is waited for too."""
     deadline = time.monotonic() + wait_s
+    unreadable: list[UnreadableRecord] = []
     while True:
         try:
-            records = [load_record(state_dir, name)] if name else top_level(list_records(state_dir))
+            if name:
+                records = [load_record(state_dir, name)]
+            else:
+                found, unreadable = scan_records(state_dir)
+                records = top_level(found)
             break
         except BadInputError:
             if time.monotonic() >= deadline:
@@ -320,8 +327,15 @@ def wait_for_statuses(state_dir: Path, name: str | None, manager: SystemdManager
         statuses = [instance_status(r, manager) for r in records]
         # A stopped instance may be about to start (a boot, a restart): only healthy or failed ends the wait.
         if all(s.state in ("healthy", "failed") for s in statuses) or time.monotonic() >= deadline:
-            return statuses
+            return statuses + [unreadable_status(u) for u in unreadable]
         time.sleep(1.0)
+
+
+def unreadable_status(unreadable: UnreadableRecord) -> InstanceStatus:
+    """The row of an instance whose record cannot be read: its problem and fix, as a diagnosis (pure)."""
+    return InstanceStatus(name=unreadable.name, state=UNREADABLE, healthy=False,
+                          diagnosis=Diagnosis("record-unreadable", unreadable.problem, unreadable.fix, "",
+                                              "instance record"))
 
 
 def cluster_status(record: InstanceRecord) -> ClusterStatus | None:
@@ -341,6 +355,9 @@ def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str
 
 
 def render_status_text(status: InstanceStatus) -> str:
+    if status.state == UNREADABLE and status.diagnosis is not None:
+        return "\n".join([f"{status.name}: {UNREADABLE}", f"  problem   {status.diagnosis.cause}",
+                          f"  fix       {status.diagnosis.fix}"])
     lines = [f"{status.name}: {status.state}  ({status.model} on {status.url})"]
     lines += [f"  warning   {warning}" for warning in status.warnings]
     unit = status.unit_state

@@ -317,3 +317,47 @@ def test_a_replica_set_host_answers_status_stop_and_logs_for_its_replicas(tiny: 
         select_part(record, "router")
     assert stop_instance(record, _RecordingManager(set())) is True  # type: ignore[arg-type]
 
+
+
+class _UnitDirManager(_RecordingManager):
+    def __init__(self, running: set[str], unit_dir: Path) -> None:
+        super().__init__(running)
+        self.unit_dir = unit_dir
+
+
+def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path, tmp_path: Path) -> None:
+    """One replica's record corrupt (a port out of range): `stop m` still stops that replica's unit, found in the
+    unit directory; `list`/`status` show the record as a row with its problem and fix; an instance that only
+    shares the name's prefix is left alone."""
+    from npuops.instance.control import stop_by_name
+    from npuops.instance.record import UNREADABLE, scan_records
+    from npuops.instance.status import wait_for_statuses
+    from npuops.launch.instance_files import write_instance_files
+
+    state, units = tmp_path / "etc", tmp_path / "units"
+    units.mkdir()
+    alike = render_instances(_cpu_plan(tiny), LaunchSpec(name="m-r5", port=9200, state_dir=state))
+    instances = [*_rendered(tiny, state_dir=state), *alike]
+    for placed in instances:
+        write_instance_files(state / placed.name, placed)
+        (units / placed.record.unit).write_text(placed.file(placed.record.unit).text)
+    broken = state / "m-r1" / "instance.json"
+    broken.write_text(broken.read_text().replace('"port": 9102', '"port": 99999999'))
+    running = {"npuops-m-router.service", "npuops-m-r0.service", "npuops-m-r1.service", "npuops-m-r5.service"}
+    manager = _UnitDirManager(set(running), units)
+
+    records, unreadable = scan_records(state)
+    assert [r.name for r in records] == ["m", "m-r0", "m-r5"]
+    assert [(u.name, "port 99999999 is outside 1..65535" in u.problem) for u in unreadable] == [("m-r1", True)]
+    rows = {s.name: s for s in wait_for_statuses(state, None, manager)}  # type: ignore[arg-type]
+    assert rows["m-r1"].state == UNREADABLE and rows["m-r1"].diagnosis is not None
+    shown = render_status_text(rows["m-r1"])
+    assert "port 99999999 is outside 1..65535" in shown and "fix       re-create it with `npuops launch`" in shown
+
+    outcome = stop_by_name(state, "m", manager)  # type: ignore[arg-type]
+    assert outcome.stopped and outcome.orphans == ("npuops-m-r1.service",)
+    assert [unit for verb, unit in manager.calls if verb == "stop"] == [
+        "npuops-m-router.service", "npuops-m-r0.service", "npuops-m-r1.service"]
+    assert manager.running == {"npuops-m-r5.service"}  # another instance, only named alike
+    with pytest.raises(BadInputError, match="no instance named 'gone'"):
+        stop_by_name(state, "gone", manager)  # type: ignore[arg-type]

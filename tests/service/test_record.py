@@ -87,7 +87,7 @@ def test_invalid_name_is_bad_input(tmp_path: Path, name: str) -> None:
 
 def test_unreadable_record_is_bad_input(tmp_path: Path) -> None:
     (tmp_path / "demo" / RECORD_FILE).mkdir(parents=True)  # a directory where the file should be
-    with pytest.raises(BadInputError, match="cannot read"):
+    with pytest.raises(BadInputError, match="is a directory, not a regular file"):
         load_record(tmp_path, "demo")
 
 
