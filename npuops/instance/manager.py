@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from npuops.atomic import write_text_atomic
@@ -26,6 +26,11 @@ CLD_EXITED = 1
 # One command of ExecStartPre= as `systemctl show` prints it, e.g. "{ path=/x ; argv[]=/x a ; ... ; pid=352 ;
 # code=exited ; status=217 }" (systemd 252; tests/fixtures/systemd): how its last run ended.
 _COMMAND_END = re.compile(r"\bcode=(?P<code>[\w()]+) ; status=(?P<status>\d+)")
+
+
+# `systemctl` killed at its timeout (timeout(1)'s code), and the sub-state a unit then shows.
+RC_TIMED_OUT = 124
+NO_ANSWER = "systemctl did not answer"
 
 
 @dataclass(frozen=True)
@@ -87,11 +92,13 @@ def _failed_exit(commands: str) -> int | None:
 
 class SystemdManager:
     def __init__(self, systemctl: list[str], unit_dir: Path, run_dir: Path = Path("/run/systemd/system"),
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, query_timeout_s: float = 15.0) -> None:
         self.systemctl = systemctl
         self.unit_dir = unit_dir
         self.run_dir = run_dir
+        # Changes (daemon-reload, enable) may take systemd a while; a question (show) gets the command timeout.
         self.timeout_s = timeout_s
+        self.query_timeout_s = query_timeout_s
 
     @property
     def is_replacement(self) -> bool:
@@ -115,7 +122,7 @@ class SystemdManager:
             raise EnvironmentMissingError(f"cannot run {argv[0]}: {exc.strerror}", "install systemd, or run the engine "
                                           "in the terminal with `npuops launch --foreground`") from None
         except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(argv, 124, "", f"{' '.join(argv)} timed out")
+            return subprocess.CompletedProcess(argv, RC_TIMED_OUT, "", f"{' '.join(argv)} timed out")
 
     def _checked(self, *args: str, timeout: float | None = None) -> None:
         result = self._run(*args, timeout=timeout)
@@ -155,7 +162,10 @@ class SystemdManager:
 
     def state(self, unit: str) -> UnitState:
         args = ["show"] + [f"--property={p}" for p in _SHOW_PROPERTIES] + [unit]
-        result = self._run(*args)
+        result = self._run(*args, timeout=self.query_timeout_s)
+        if result.returncode == RC_TIMED_OUT:
+            # Said as such: a hung systemctl is not a stopped unit.
+            return replace(parse_show(""), sub_state=NO_ANSWER)
         return parse_show(result.stdout if result.returncode == 0 else "")
 
     def log_command(self, unit: str, lines: int, follow: bool, *more_units: str) -> list[str]:
@@ -183,4 +193,5 @@ def systemd_booted(settings: Settings) -> bool:
 
 def service_manager(settings: Settings) -> SystemdManager:
     return SystemdManager(shlex.split(settings.systemctl), settings.unit_dir,
-                          run_dir=settings.host_path("/run/systemd/system"))
+                          run_dir=settings.host_path("/run/systemd/system"),
+                          query_timeout_s=settings.command_timeout_s)

@@ -17,7 +17,7 @@ from npuops.instance.bench_results import bench_headline, last_bench, render_ben
 from npuops.instance.control import parts_of, pid_alive
 from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.exit_statuses import unit_diagnosis
-from npuops.instance.manager import SystemdManager, UnitState
+from npuops.instance.manager import NO_ANSWER, SystemdManager, UnitState
 from npuops.instance.membership import ClusterNode
 from npuops.instance.metrics import engine_figures, router_figures
 from npuops.instance.ray import RayState, probe_ray_cluster
@@ -173,6 +173,8 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
     stage = supervisor.stage.value if supervisor is not None and supervisor.stage is not None else None
     if unit is not None:
         active = unit.active_state
+        if unit.sub_state == NO_ANSWER:
+            return f"unknown ({NO_ANSWER} within the command timeout)"
         if active == "active" and healthy:
             return "healthy"
         if active == "activating" and unit.sub_state == "auto-restart":

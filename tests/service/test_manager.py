@@ -132,8 +132,20 @@ def test_failing_show_is_an_unknown_state(tmp_path: Path) -> None:
 
 
 def test_hanging_systemctl_times_out_to_an_unknown_state(tmp_path: Path) -> None:
-    manager = SystemdManager(["/bin/sh", "-c", "exec sleep 30", "sh"], tmp_path, timeout_s=0.2)
-    assert manager.state(UNIT).active_state == "unknown"
+    """A question to systemctl is bounded by the command timeout (setting command_timeout_s), and the answer says
+    that systemctl did not answer: a hung systemctl is not a stopped unit."""
+    from npuops.instance.manager import NO_ANSWER, service_manager
+    from npuops.instance.status import summarize
+    from npuops.settings import Settings
+    from tests.support.instance_records import make_record
+
+    manager = SystemdManager(["/bin/sh", "-c", "exec sleep 30", "sh"], tmp_path, query_timeout_s=0.2)
+    state = manager.state(UNIT)
+    assert state.active_state == "unknown" and state.sub_state == NO_ANSWER
+    assert summarize(make_record(tmp_path), state, None, False) == (
+        "unknown (systemctl did not answer within the command timeout)")
+    settings = Settings(command_timeout_s=2.5, systemctl="/bin/true")
+    assert service_manager(settings).query_timeout_s == 2.5
 
 
 # --- docker-systemctl-replacement, for real -----------------------------------------------------------------------
