@@ -151,6 +151,9 @@ def _model_argument(plan: Plan) -> str:
     if plan.model.path is None:
         raise BadInputError(f"{plan.model.served_name!r} is a catalog name, not a model directory",
                             "download the weights and pass the directory to launch (plan works with either)")
+    if plan.model.launch_problems:  # what the engine would fail on minutes in (config.json), refused now
+        problem, fix = plan.model.launch_problems[0]
+        raise BadInputError(problem, fix)
     # The unit runs in its own working directory: a path relative to the operator's shell would break there.
     return str(Path(plan.model.path).resolve())
 

@@ -234,3 +234,31 @@ def test_a_directory_that_cannot_be_written_is_named_in_one_line(model_root: Pat
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
     assert f"cannot write {blocker}/out" in done.stderr and "Not a directory" in done.stderr, done.stderr
     assert "fix: give --output a directory you can write to" in done.stderr
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"architectures": []}, "config.json names no architectures"),
+    ({"architectures": None}, "config.json names no architectures"),
+    ({"quantization_config": "fp8"}, "quantization_config is not a JSON object"),
+    ({"quantization_config": ["w8a8"]}, "quantization_config is not a JSON object"),
+])
+def test_a_model_the_engine_would_fail_on_is_refused_before_launch(tmp_path: Path, change: dict[str, object],
+                                                                   problem: str) -> None:
+    directory = tmp_path / "broken"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**TINY_CONFIG, **change}))
+    model = load_model(str(directory))
+    assert any(problem in note for note in model.notes), model.notes  # plan warns
+    with pytest.raises(BadInputError, match=problem) as refused:  # launch refuses, before anything is written
+        _render(tmp_path, "broken")
+    assert refused.value.fix and "\n" not in refused.value.one_line()
+
+
+def test_weights_without_a_tokenizer_are_warned_about(tmp_path: Path) -> None:
+    directory = _model(tmp_path, "no-tokenizer")
+    assert not any("tokenizer" in note for note in load_model(str(directory)).notes)  # config alone: planning
+    (directory / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    notes = load_model(str(directory)).notes
+    assert any("has weights but no tokenizer files" in note and "fix: copy them" in note for note in notes), notes
+    (directory / "tokenizer.json").write_text("{}")
+    assert not any("tokenizer" in note for note in load_model(str(directory)).notes)
