@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from npuops.errors import BadInputError
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
@@ -25,3 +31,77 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interruption while files are written, so their temporaries are removed (the CLI
+    reports it as interrupted)."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises Terminated (in the main thread; elsewhere signals cannot be handled), so a
+    `finally` or `except BaseException` runs instead of the process vanishing with half-written files."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def write_files_as_one_set(files: Sequence[tuple[Path, str, int]]) -> list[Path]:
+    """(path, text, mode) files that belong together (one instance's config, env file and record): every one is
+    written to a temporary first, then all are renamed into place. An error, SIGINT or SIGTERM before the renames
+    removes the temporaries and leaves the old set whole."""
+    temps: list[tuple[str, Path]] = []
+    with terminate_as_interrupt():
+        try:
+            for path, text, mode in files:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temps.append((_write_temporary(path, text, mode), path))
+            for tmp, path in temps:
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp, _ in temps:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+    return [path for _, path in temps]
+
+
+def _write_temporary(path: Path, text: str, mode: int) -> str:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)  # before any content lands: a secret is never briefly world-readable
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, busy: str, fix: str) -> Iterator[None]:
+    """An exclusive, non-blocking lock on `path` (created if missing) for the block; BadInputError(`busy`, `fix`)
+    when another process holds it. The lock goes with the process, even when it is killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadInputError(busy, fix) from None
+        yield
+    finally:
+        os.close(fd)

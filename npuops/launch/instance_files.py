@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npuops.atomic import write_text_atomic
+from npuops.atomic import write_files_as_one_set
 from npuops.errors import BadInputError
 from npuops.hardware.host import CONTROL_DEVICE_NODES
 from npuops.httpclient import base_url
@@ -79,13 +79,9 @@ class InstanceFiles:
 
 
 def write_instance_files(directory: Path, files: InstanceFiles) -> list[Path]:
-    """Write every file atomically with its mode; returns the paths written."""
-    written = []
-    for f in files.files:
-        target = directory / f.name
-        write_text_atomic(target, f.text, mode=f.mode)
-        written.append(target)
-    return written
+    """Write the instance's files as one set (all to temporaries, then renamed; an error, SIGINT or SIGTERM
+    before that leaves the old set whole and no temporary behind); returns the paths written."""
+    return write_files_as_one_set([(directory / f.name, f.text, f.mode) for f in files.files])
 
 
 @dataclass(frozen=True)

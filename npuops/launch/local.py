@@ -7,15 +7,17 @@ stage, one when ready, one at exit), since it runs until stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npuops.atomic import exclusive_lock
 from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import read_env_file
 from npuops.errors import ExitCode
@@ -164,9 +166,29 @@ def verify_lines(outcome: CheckOutcome) -> list[str]:
 
 # --- the foreground -------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def launch_lock(state_dir: Path, names: Sequence[str]) -> Iterator[None]:
+    """One launch per instance name at a time: a second one (of any of `names`) is refused at once, before it
+    mixes its files with the first one's. The locks are files beside the instance directories."""
+    with contextlib.ExitStack() as held:
+        for name in sorted(set(names)):
+            held.enter_context(exclusive_lock(
+                state_dir / f".{name}.lock", f"another `npuops launch` of {name!r} is running on this node",
+                "wait for it to finish (`npuops status` shows it), then launch again"))
+        yield
+
+
 def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
                       notes: Sequence[str], environ: Mapping[str, str], verify: bool = False,
                       golden: Path | None = None) -> ExitCode | int:
+    with launch_lock(settings.state_dir, [instance.name]):
+        return _launch_foreground(instance, settings, api_key=api_key, as_json=as_json, notes=notes,
+                                  environ=environ, verify=verify, golden=golden)
+
+
+def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
+                       notes: Sequence[str], environ: Mapping[str, str], verify: bool = False,
+                       golden: Path | None = None) -> ExitCode | int:
     record = instance.record
     report = Reporter(as_json, json_lines=True)
     verify_failed: list[str] = []
@@ -242,6 +264,14 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
                    supervisor: str | None = None, verify: bool = False, golden: Path | None = None) -> ExitCode:
     """Install and start each instance's unit, following it until its endpoint answers. `supervisor`: the npuops
     executable the units run (checked, like vllm and the model, for what the service user can reach)."""
+    with launch_lock(settings.state_dir, [i.name for i in instances]):
+        return _launch_service(instances, settings, manager, api_key=api_key, as_json=as_json, notes=notes,
+                               service_user=service_user, supervisor=supervisor, verify=verify, golden=golden)
+
+
+def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
+                    api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str,
+                    supervisor: str | None = None, verify: bool = False, golden: Path | None = None) -> ExitCode:
     report = Reporter(as_json)
     records = [i.record for i in instances]
     find_conflicts(records, list_records(settings.state_dir))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from npuops.errors import BadInputError
+from npuops.plan.model_checks import directory_problems, tokenizer_notes
 from npuops.plan.quantization import (
     FLAG,
     CheckpointQuantization,
@@ -563,12 +564,7 @@ def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec
 
     bytes_on_disk, source, present = _weights_on_disk(directory)
     problems = directory_problems(directory, raw, arch.architectures)
-    notes += [f"{problem}; fix: {fix}" for problem, fix in problems]
-    if present and not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        # A download that stopped after the weights: the engine would fail on its tokenizer minutes in. (A
-        # directory with config.json alone is for planning; its note says the weights are not there.)
-        notes.append(f"{directory} has weights but no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...); "
-                     "fix: copy them from the model's source next to config.json before launching")
+    notes += [f"{problem}; fix: {fix}" for problem, fix in problems] + tokenizer_notes(directory, present)
     if quantization is not None:
         wanted = normalise_quantization(quantization)
         if quant is not None and wanted != quant:
@@ -599,23 +595,3 @@ def model_from_directory(directory: Path, quantization: str | None) -> ModelSpec
         notes=tuple(notes),
         launch_problems=tuple(problems),
     )
-
-
-# A tokenizer vLLM can load: the fast tokenizer's file, a SentencePiece or tiktoken model, or a BPE vocabulary.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "tokenizer.tiktoken",
-                   "qwen.tiktoken")
-
-
-def directory_problems(directory: Path, raw: Mapping[str, Any], architectures: tuple[str, ...]
-                       ) -> list[tuple[str, str]]:
-    """What the engine would fail on minutes into its start, found in config.json now (problem, fix): launch
-    refuses these, plan warns."""
-    problems = []
-    if not architectures:
-        problems.append((f"{directory}/config.json names no architectures, so vLLM cannot choose a model class",
-                         'add the list the original config.json has, e.g. "architectures": ["LlamaForCausalLM"]'))
-    if "quantization_config" in raw and not isinstance(raw["quantization_config"], Mapping):
-        problems.append((f"{directory}/config.json: quantization_config is not a JSON object",
-                         "restore the checkpoint's own config.json, or remove quantization_config if the weights "
-                         "are not quantized"))
-    return problems
