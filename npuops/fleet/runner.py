@@ -7,7 +7,6 @@ importing this module (and `npuops --help`) stays cheap.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -276,6 +275,48 @@ class _EventForwarder:
         return self.error is not None
 
 
+class _Unsafe(str):
+    """A string Ansible must take as it is: written with YAML's `!unsafe` tag."""
+
+
+class _ExtravarsDumper(yaml.SafeDumper):
+    pass
+
+
+# Every string double-quoted: YAML escapes there what a plain scalar would fold or break on (U+0085, control
+# characters, a leading "*").
+_ExtravarsDumper.add_representer(
+    _Unsafe, lambda dumper, data: dumper.represent_scalar("!unsafe", str(data), style='"'))
+_ExtravarsDumper.add_representer(
+    str, lambda dumper, data: dumper.represent_scalar("tag:yaml.org,2002:str", data, style='"'))
+
+
+# What Jinja reads as a template in a string.
+_JINJA_MARKERS = ("{{", "{%", "{#")
+
+
+def _mark_unsafe(value: Any) -> Any:
+    # Only a string that holds a template gets `!unsafe`: ansible-core 2.19 resolves an `!unsafe` scalar's type
+    # from its text despite the quotes ("1" became an int, "" None, "*" an error), and a string without Jinja
+    # markers has nothing to template.
+    if isinstance(value, str):
+        return _Unsafe(value) if any(marker in value for marker in _JINJA_MARKERS) else value
+    if isinstance(value, Mapping):
+        return {str(k): _mark_unsafe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mark_unsafe(v) for v in value]
+    return value
+
+
+def render_extravars(extravars: Mapping[str, Any]) -> str:
+    """The extra-vars file: YAML in which every string value that holds a Jinja template carries `!unsafe`, so
+    Ansible never evaluates it.
+    Without it a value holding `{{ lookup('pipe', ...) }}` (an env value, a model directory's name, a rendered
+    file's text) would run on the controller when a task uses it. Pure."""
+    return yaml.dump(_mark_unsafe(dict(extravars)), Dumper=_ExtravarsDumper, sort_keys=False, allow_unicode=True,
+                     width=2**30)
+
+
 def _invoke(runner_api: Any, invocation: _Invocation, events: _EventForwarder) -> Any:
     """ansible_runner.run in a fresh private data dir: ansible-runner would otherwise reuse env/ files (cmdline,
     extravars) from an earlier run; suppress_env_files keeps it from writing them at all."""
@@ -289,10 +330,10 @@ def _invoke(runner_api: Any, invocation: _Invocation, events: _EventForwarder) -
                                       encoding="utf-8")
         # Extra vars go in a private file, not on the command line: `ps` and the artifacts' `command`
         # file would show them, and ansible-runner builds its -e JSON without escaping the keys.
-        vars_file = private_dir / "extravars.json"
+        vars_file = private_dir / "extravars.yml"
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle_file:
-            json.dump(dict(invocation.extravars), handle_file)
+            handle_file.write(render_extravars(invocation.extravars))
         # With binary= ansible-runner appends no playbook itself; cmdline is split with shlex, so every
         # path is quoted. Nothing here goes through a shell.
         args = [str(invocation.playbook), "-e", f"@{vars_file}"]

@@ -8,6 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.fleet.events import PlaybookEvent
@@ -16,6 +19,7 @@ from npuops.fleet.runner import (
     default_ansible_playbook,
     default_artifacts_dir,
     hosts_inventory,
+    render_extravars,
     resolve_playbook,
     run_playbook,
 )
@@ -174,3 +178,49 @@ def test_job_timeout(artifacts: Path, tmp_path: Path) -> None:
     assert not target.exists()
     # The host that was cut off is still reported, from the events seen so far.
     assert run.hosts["localhost"].stats.ok == 1
+
+
+HOSTILE_VALUES = ["{{ 7 * 6 }}", "{{ lookup('pipe', 'touch npuops-owned') }}", "{% if true %}x{% endif %}",
+                  "{# comment #}", "${HOME} $(id) `id`", "it's \"quoted\" \\ back", "line\nbreak", "é 鍵 𐀀", "",
+                  "!unsafe", "- [list]: {map}", "yes", "0x1F"]
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True),
+                       st.recursive(st.text() | st.integers() | st.booleans() | st.none(),
+                                    lambda inner: st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8),
+                       max_size=4))
+@settings(max_examples=150, deadline=None)
+def test_extra_vars_load_back_as_sent_and_never_as_templates(values: dict[str, object]) -> None:
+    from ansible.parsing.yaml.loader import AnsibleLoader
+
+    text = render_extravars(values)
+    loaded = yaml.load(text, Loader=AnsibleLoader) or {}  # Ansible's own loader, as it reads -e @file
+    assert loaded == values
+
+    def marked(node: yaml.Node) -> None:  # every string value holding a Jinja marker is !unsafe
+        if isinstance(node, yaml.MappingNode):
+            for _, value in node.value:
+                marked(value)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                marked(item)
+        elif any(m in node.value for m in ("{{", "{%", "{#")):
+            assert node.tag == "!unsafe", text
+
+    root = yaml.compose(text)
+    if root is not None:
+        marked(root)
+
+
+@pytest.mark.slow
+def test_a_value_holding_a_template_reaches_the_host_as_sent(artifacts: Path, tmp_path: Path) -> None:
+    """A real run: Ansible writes each value into a file; a template in a value (a lookup that would run a
+    command on the controller) arrives as text, evaluated by nothing."""
+    values = [{"name": f"v{i}", "text": text} for i, text in enumerate(HOSTILE_VALUES)]
+    run = run_playbook(str(FLEET_PLAYBOOKS / "write-values.yml"), inventory=["localhost"], artifacts_dir=artifacts,
+                       extravars={"npuops_test_dir": str(tmp_path), "npuops_test_values": values})
+    assert run.ok, run
+    for value in values:
+        assert (tmp_path / value["name"]).read_text() == value["text"], value
+    assert not (Path.cwd() / "npuops-owned").exists() and not (tmp_path / "npuops-owned").exists()
