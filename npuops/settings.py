@@ -76,6 +76,28 @@ class Settings:
         return ":".join(entries)
 
 
+# NPUOPS_* variables of npuops' own tooling (scripts/, the test suite, the demo): not settings, never warned about.
+TOOL_VARIABLE_PREFIXES = ("NPUOPS_TEST_", "NPUOPS_REQUIRE_", "NPUOPS_ENGINE_", "NPUOPS_DEMO_")
+TOOL_VARIABLES = frozenset({"NPUOPS_CONFIG", "NPUOPS_REFRESH_GOLDEN", "NPUOPS_CPU_RAY_PLATFORM",
+                            "NPUOPS_BENCH_TORCH_THREADS"})
+
+
+def environment_warnings(environ: Mapping[str, str]) -> list[str]:
+    """One warning per NPUOPS_* variable that is neither a setting nor one of npuops' tools', naming the closest
+    setting: a misspelt variable far from every name would otherwise be ignored without a word (a near miss is
+    an error, load_settings). Pure."""
+    warnings = []
+    settings_vars = [ENV_PREFIX + name.upper() for name in _CONFIGURABLE]
+    for key in sorted(environ):
+        if (not key.startswith(ENV_PREFIX) or key in settings_vars or key in TOOL_VARIABLES
+                or key.startswith(TOOL_VARIABLE_PREFIXES)):
+            continue
+        closest = difflib.get_close_matches(key, settings_vars, n=1, cutoff=0.0)
+        hint = f" (the closest setting is {closest[0]})" if closest else ""
+        warnings.append(f"environment variable {key} is not an npuops setting and is ignored{hint}")
+    return warnings
+
+
 # Which settings a user may set, and how to read a string (from the environment) into each.
 _CONFIGURABLE = {f.name: f for f in fields(Settings) if f.name != "environ"}
 

@@ -83,12 +83,20 @@ def load_context_settings(ctx: click.Context, **flags: Any) -> Any:
     merged = dict(obj.get("flags", {}))
     merged.update({k: v for k, v in flags.items() if v is not None})
     home = os.environ.get("HOME")
-    return load_settings(
+    settings = load_settings(
         dict(os.environ),
         config_file=obj.get("config_file"),
         flags=merged,
         home=Path(home) if home else None,
     )
+    if not obj.get("environment_warned"):
+        from npuops.settings import environment_warnings
+
+        for warning in environment_warnings(os.environ):
+            click.echo(f"npuops: warning: {warning}", err=True)
+        if root_ctx.obj is not None:
+            root_ctx.obj["environment_warned"] = True
+    return settings
 
 
 def _wants_json(args: list[str]) -> bool:
