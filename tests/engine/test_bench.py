@@ -110,7 +110,10 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     ratios, predicted = report["ratios"], report["predicted"]
     for key in ("ttft", "tpot", "itl", "e2el", "output_throughput", "request_throughput"):
         assert ratios[key] is not None and ratios[key] > 0
-    assert ratios["tpot"] == pytest.approx(measured["latency"]["tpot"]["median_ms"] / predicted["tpot_ms"], rel=1e-2)
+    # The report keeps median_ms to 0.001 ms: a stream that came in bursts has a TPOT of a few thousandths of a
+    # millisecond, whose rounding alone moves the ratio by several percent.
+    assert ratios["tpot"] == pytest.approx(measured["latency"]["tpot"]["median_ms"] / predicted["tpot_ms"], rel=1e-2,
+                                           abs=0.0005 / predicted["tpot_ms"])
     limit = report["hardware_limit"]
     assert 0 < limit["decode_fraction"] < 1 and 0 < limit["prefill_fraction"] < 1
     if report["stream_note"] is None:  # a step-by-step stream: the bench is a calibration sample
