@@ -16,7 +16,7 @@ from npuops.instance.access import ServiceIdentity, model_problems, service_prob
 from npuops.instance.control import port_taken
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import InstanceRecord, read_status
+from npuops.instance.record import InstanceRecord, read_status, remove_instance_dir
 from npuops.instance.state import Stage, SupervisorState
 from npuops.launch.instance_files import InstanceFiles, write_instance_files
 
@@ -119,16 +119,19 @@ def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str 
 
 
 def install(instance: InstanceFiles, state_dir: Path, manager: SystemdManager) -> list[Path]:
+    fresh = not (state_dir / instance.name).exists()
     written = write_instance(instance, state_dir, unit_dir_file=instance.unit_name)
     unit = instance.file(instance.unit_name)
     try:
         written.append(manager.install_unit(instance.unit_name, unit.text))
-    except PermissionError:
-        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: permission denied",
-                            "run `npuops launch` as root") from None
     except OSError as exc:
-        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: {exc.strerror}",
-                            "make the unit directory (setting unit_dir) writable") from None
+        # No record of an instance without a unit: `list` would show what cannot run.
+        if fresh:
+            remove_instance_dir(state_dir, instance.name)
+        problem = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
+        fix = ("run `npuops launch` as root" if isinstance(exc, PermissionError)
+               else "make the unit directory (setting unit_dir) writable")
+        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: {problem}", fix) from None
     manager.enable(instance.unit_name)
     return written
 

@@ -262,3 +262,23 @@ def test_weights_without_a_tokenizer_are_warned_about(tmp_path: Path) -> None:
     assert any("has weights but no tokenizer files" in note and "fix: copy them" in note for note in notes), notes
     (directory / "tokenizer.json").write_text("{}")
     assert not any("tokenizer" in note for note in load_model(str(directory)).notes)
+
+
+def test_a_unit_directory_that_cannot_be_written_leaves_no_record_behind(model_root: Path, tmp_path: Path) -> None:
+    """The state files are written before the unit: when the unit cannot be, a fresh instance's record is
+    removed again, or `list` would show an instance that has no unit."""
+    from npuops.instance.manager import SystemdManager
+    from npuops.instance.record import list_records
+    from npuops.launch.install import install
+
+    plan = make_plan(load_model(str(_model(model_root, "tiny-llama"))), cpu_target(16 * 2**30, 2, 1),
+                     Workload(128, 32), PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32",
+                                                    enforce_eager=True))
+    state = tmp_path / "state"
+    (instance,) = render_instances(plan, LaunchSpec(name="demo", state_dir=state))
+    blocker = tmp_path / "units"
+    blocker.write_text("")  # the unit directory is a file
+    with pytest.raises(BadInputError) as refused:
+        install(instance, state, SystemdManager(["/bin/true"], blocker))
+    assert f"cannot write {blocker}/npuops-demo.service" in refused.value.problem
+    assert list_records(state) == [] and not (state / "demo").exists()
