@@ -18,14 +18,8 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write to a temp file in the same directory, fsync, set the mode, then rename over the target."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _write_temporary(path, text, mode)
     try:
-        # The mode is set before any content lands, so a secret is never briefly world-readable.
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
