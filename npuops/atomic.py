@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -51,15 +52,20 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 def write_files_as_one_set(files: Sequence[tuple[Path, str, int]]) -> list[Path]:
-    """(path, text, mode) files that belong together (one instance's config, env file and record): every one is
-    written to a temporary first, then all are renamed into place. An error, SIGINT or SIGTERM before the renames
-    removes the temporaries and leaves the old set whole."""
+    """(path, text, mode) files that belong together (one launch's configs, env files, records and units, across
+    directories): every one is written to a temporary first, then all are renamed into place. An error, SIGINT or
+    SIGTERM before the renames removes the temporaries and leaves the old set whole; an OSError names the file."""
     temps: list[tuple[str, Path]] = []
     with terminate_as_interrupt():
         try:
             for path, text, mode in files:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                temps.append((_write_temporary(path, text, mode), path))
+                try:
+                    if path.is_dir():  # the rename would fail after others were done: refused before any
+                        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    temps.append((_write_temporary(path, text, mode), path))
+                except OSError as exc:  # named by the file the set could not hold, not by a temporary's name
+                    raise OSError(exc.errno, exc.strerror, str(path)) from exc
             for tmp, path in temps:
                 os.replace(tmp, path)
         except BaseException:

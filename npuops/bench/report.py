@@ -39,17 +39,20 @@ def prediction_ratios(measured: ServeFigures, predicted: Prediction) -> dict[str
     return ratios
 
 
-def hardware_fractions(measured: ServeFigures, perf: PerfInputs, limits: Roofline) -> dict[str, float]:
-    """The share of the chips' peak the run reached (see the module's docstring)."""
+def hardware_fractions(measured: ServeFigures, perf: PerfInputs, limits: Roofline,
+                       timed: bool = True) -> dict[str, float | None]:
+    """The share of the chips' peak the run reached (see the module's docstring). A stream that came in bursts
+    (`bursty_stream`) did not time the engine's steps: its fractions are None rather than "2720% of the roofline"."""
     tpot_s = measured.latency["tpot"].median_ms / 1e3
     ttft_s = measured.latency["ttft"].median_ms / 1e3
     fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s
     prompt_flops = prefill_flops(perf.arch, perf.input_len, perf.input_len / 2)
     return {
         "decode_roofline_tokens_per_s": round(limits.decode_tokens_per_s, 1),
-        "decode_fraction": round(fastest_step_s / tpot_s, 4) if tpot_s > 0 else 0.0,
+        "decode_fraction": round(fastest_step_s / tpot_s, 4) if timed and tpot_s > 0 else None,
         "prefill_peak_flops_per_s": limits.prefill_flops_per_s,
-        "prefill_fraction": round(prompt_flops / ttft_s / limits.prefill_flops_per_s, 4) if ttft_s > 0 else 0.0,
+        "prefill_fraction": round(prompt_flops / ttft_s / limits.prefill_flops_per_s, 4)
+        if timed and ttft_s > 0 else None,
         "batch": round(limits.batch, 2),
     }
 
@@ -126,7 +129,9 @@ def render_report_text(report: dict[str, Any]) -> str:
         out.append(f"  speculative decoding: {spec['acceptance_rate'] * 100:.1f}% of {spec['draft_tokens']:.0f} draft "
                    "tokens accepted (the prediction uses this rate)")
     limits = report.get("hardware_limit")
-    if limits:
+    if limits and limits["decode_fraction"] is None:
+        out.append("  hardware: not measured (the stream did not time the engine's steps, see below)")
+    elif limits:
         out.append(f"  hardware: decode at {limits['decode_fraction'] * 100:.1f}% of the memory-bandwidth (HBM) "
                    "roofline "
                    f"({limits['decode_roofline_tokens_per_s']:.0f} tok/s at {limits['batch']} per replica), "

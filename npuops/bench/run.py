@@ -42,7 +42,7 @@ from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.metrics import Sample, prefix_cache_use, spec_decode_use
 from npuops.instance.record import InstanceRecord, load_record
-from npuops.plan.calibration import CalibrationSample, CalibrationStore, stack_key
+from npuops.plan.calibration import CalibrationChoice, CalibrationSample, CalibrationStore, stack_key
 from npuops.plan.performance import PerfInputs, predict, roofline
 from npuops.settings import Settings
 
@@ -227,19 +227,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     if perf is not None and perf.spec_tokens and spec and spec["draft_tokens"]:
         # Predict with the acceptance the engine measured on this load, not the method's default.
         perf = replace(perf, spec_acceptance=spec["acceptance_rate"])
-    if perf is not None and choice is not None:
-        predicted = predict(perf, factors=choice.factors)
-        limits = roofline(perf)
-        report.update(predicted=predicted.as_dict(), ratios=prediction_ratios(measured, predicted),
-                      hardware_limit=hardware_fractions(measured, perf, limits),
-                      stream_note=bursty_stream(measured, limits, perf.spec_tokens),
-                      prediction_note=f"for this load on the launched configuration; calibration: {choice.why}",
-                      uncalibrated_predicted=predict(perf).as_dict())
-    elif target.record is not None:
-        report["prediction_note"] = ("the instance's record has no performance-model inputs (launched by an older "
-                                     "npuops): the figures alone")
-    else:
-        report["prediction_note"] = "a URL has no plan: the figures alone"
+    report.update(_prediction_part(measured, perf, choice, target))
     if request.baseline is not None:
         report["baseline"] = run_baseline(settings, target, load, measured, request.timeout_s, progress)
     if report["stream_note"] and request.calibrate:
@@ -258,6 +246,24 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         path = keep_bench(target.record, report)
         report["file"] = str(path)
     return report
+
+
+def _prediction_part(measured: ServeFigures, perf: PerfInputs | None, choice: CalibrationChoice | None,
+                     target: BenchTarget) -> dict[str, Any]:
+    """The report's prediction, ratios, hardware fractions and stream note (or why there are none)."""
+    if perf is not None and choice is not None:
+        predicted = predict(perf, factors=choice.factors)
+        limits = roofline(perf)
+        stream_note = bursty_stream(measured, limits, perf.spec_tokens)
+        return {"predicted": predicted.as_dict(), "ratios": prediction_ratios(measured, predicted),
+                "hardware_limit": hardware_fractions(measured, perf, limits, timed=stream_note is None),
+                "stream_note": stream_note,
+                "prediction_note": f"for this load on the launched configuration; calibration: {choice.why}",
+                "uncalibrated_predicted": predict(perf).as_dict()}
+    if target.record is not None:
+        return {"prediction_note": "the instance's record has no performance-model inputs (launched by an older "
+                                   "npuops): the figures alone"}
+    return {"prediction_note": "a URL has no plan: the figures alone"}
 
 
 def _prefix_cache_during(before: list[Sample] | None, after: list[Sample] | None, load: BenchLoad

@@ -133,11 +133,18 @@ class SystemdManager:
             raise ServiceManagerError(f"`{command}` failed (rc {result.returncode}): {last}",
                                       "read the unit's log (`npuops logs NAME`) and `systemctl status` of the unit")
 
+    def unit_path(self, unit: str) -> Path:
+        return self.unit_dir / unit
+
     def install_unit(self, unit: str, text: str) -> Path:
-        path = self.unit_dir / unit
+        path = self.unit_path(unit)
         write_text_atomic(path, text, mode=0o644)
-        self._checked("daemon-reload")
+        self.reload()
         return path
+
+    def reload(self) -> None:
+        """`daemon-reload`: systemd reads the unit files written since."""
+        self._checked("daemon-reload")
 
     def remove_unit(self, unit: str) -> None:
         (self.unit_dir / unit).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npuops.atomic import write_files_as_one_set
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.httpclient import base_url
 from npuops.instance.access import ServiceIdentity, model_problems, service_problems
@@ -118,21 +119,43 @@ def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str 
                             "make the state directory (setting state_dir) writable, or point it elsewhere") from None
 
 
-def install(instance: InstanceFiles, state_dir: Path, manager: SystemdManager) -> list[Path]:
-    fresh = not (state_dir / instance.name).exists()
-    written = write_instance(instance, state_dir, unit_dir_file=instance.unit_name)
-    unit = instance.file(instance.unit_name)
+UNIT_MODE = 0o644
+
+
+def install(instances: Sequence[InstanceFiles], state_dir: Path, manager: SystemdManager) -> dict[str, list[Path]]:
+    """Every instance of one launch (an engine, or a router with its replicas or its prefill/decode engines) as one
+    set of files: each instance's state files and its unit are written to temporaries, then all renamed, then one
+    daemon-reload. A file that cannot be written leaves the old set whole and no directory of a new instance behind
+    (`list` would show an instance without a unit, `stop` a router without its replicas)."""
+    fresh = [i.name for i in instances if not (state_dir / i.name).exists()]
+    files: list[tuple[Path, str, int]] = []
+    owners: list[str] = []  # the instance of each file
+    for instance in instances:
+        own = [(state_dir / instance.name / f.name, f.text, f.mode)
+               for f in instance.files if f.name != instance.unit_name]
+        own.append((manager.unit_path(instance.unit_name), instance.file(instance.unit_name).text, UNIT_MODE))
+        files += own
+        owners += [instance.name] * len(own)
     try:
-        written.append(manager.install_unit(instance.unit_name, unit.text))
+        paths = write_files_as_one_set(files)
     except OSError as exc:
-        # No record of an instance without a unit: `list` would show what cannot run.
-        if fresh:
-            remove_instance_dir(state_dir, instance.name)
+        for name in fresh:
+            remove_instance_dir(state_dir, name)
+        where = Path(exc.filename) if exc.filename else state_dir
         problem = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
-        fix = ("run `npuops launch` as root" if isinstance(exc, PermissionError)
-               else "make the unit directory (setting unit_dir) writable")
-        raise BadInputError(f"cannot write {manager.unit_dir / instance.unit_name}: {problem}", fix) from None
-    manager.enable(instance.unit_name)
+        if not isinstance(exc, PermissionError) and where.is_relative_to(manager.unit_dir):
+            fix = "make the unit directory (setting unit_dir) writable"
+        elif not isinstance(exc, PermissionError):
+            fix = "make the state directory (setting state_dir) writable, or point it elsewhere"
+        else:
+            fix = "run `npuops launch` as root (it installs a system service)"
+        raise BadInputError(f"cannot write {where}: {problem}", fix) from None
+    manager.reload()
+    for instance in instances:
+        manager.enable(instance.unit_name)
+    written: dict[str, list[Path]] = {i.name: [] for i in instances}
+    for owner, path in zip(owners, paths, strict=True):
+        written[owner].append(path)
     return written
 
 

@@ -283,9 +283,9 @@ def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, mana
         report.progress(f"note: {note}")
     results: list[dict[str, Any]] = []
     ok = True
-    written = {}
+    written = {name: [str(p) for p in paths] for name, paths in install(instances, settings.state_dir,
+                                                                          manager).items()}
     for instance in instances:
-        written[instance.name] = [str(p) for p in install(instance, settings.state_dir, manager)]
         report.progress(f"installed {instance.record.unit} ({', '.join(written[instance.name])})")
     # The replicas behind a router start together (as systemd starts them at boot), the router once they answer.
     replicas = [i.record for i in instances if i.record.behind]

@@ -135,10 +135,18 @@ def test_a_stream_in_bursts_is_named_and_not_stored_as_calibration() -> None:
     assert third.latency["tpot"].median_ms == pytest.approx(step_ms / 3)
     assert bursty_stream(third, limits) is not None and bursty_stream(third, limits, spec_tokens=3) is None
     measured = parse_serve_result(_bursty(FIXTURE.read_text()))
+    # Such a TPOT would put decode far above the roofline (a CI run printed 2720%): no fractions, said once.
+    assert hardware_fractions(third, _plan().perf, limits)["decode_fraction"] == pytest.approx(3, rel=1e-3)
+    untimed = hardware_fractions(measured, _plan().perf, limits, timed=False)
+    assert untimed["decode_fraction"] is None and untimed["prefill_fraction"] is None
+    assert untimed["decode_roofline_tokens_per_s"] > 0
     report = {"target": "demo", "load": BenchLoad(128, 32, 4, None, 40).as_dict(),
               "load_description": BenchLoad(128, 32, 4, None, 40).describe(), "measured": measured.as_dict(),
-              "at": 0.0, "stream_note": note, "calibration": {"skipped": "the stream came in bursts"}}
+              "at": 0.0, "stream_note": note, "calibration": {"skipped": "the stream came in bursts"},
+              "hardware_limit": untimed}
     text = render_report_text(report)
+    assert "  hardware: not measured (the stream did not time the engine's steps, see below)\n" in text
+    assert "% of the memory-bandwidth" not in text
     assert f"  stream: {note}\n" in text
     assert "calibration: not stored (the stream came in bursts); bench again" in text
     assert "calibration now" not in text

@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,7 +84,12 @@ def bench(inst: BenchedInstance, *args: str, timeout: float = 600) -> dict[str, 
     return report
 
 
-def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(instance: BenchedInstance) -> None:
+# A bench whose stream came in bursts (the API server fell behind the engine on a busy host) is not stored as
+# calibration and tells the operator to bench again: the test does what it says, a bounded number of times.
+BENCH_ATTEMPTS = 3
+
+
+def checked_bench_report(instance: BenchedInstance) -> dict[str, Any]:
     done = instance.ws.run("bench", "b", "--num-prompts", "24", "--json", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "vllm bench serve" in done.stderr  # the progress line
@@ -115,15 +121,27 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     assert ratios["tpot"] == pytest.approx(measured["latency"]["tpot"]["median_ms"] / predicted["tpot_ms"], rel=1e-2,
                                            abs=0.0005 / predicted["tpot_ms"])
     limit = report["hardware_limit"]
-    assert 0 < limit["decode_fraction"] < 1 and 0 < limit["prefill_fraction"] < 1
     if report["stream_note"] is None:  # a step-by-step stream: the bench is a calibration sample
+        assert 0 < limit["decode_fraction"] < 1 and 0 < limit["prefill_fraction"] < 1
         assert report["calibration"]["samples"] == 1, report["calibration"]
     else:  # on a busy host the API server can fall behind and stream in bursts: named, kept out of calibration
+        assert limit["decode_fraction"] is None and limit["prefill_fraction"] is None
         assert "bursts" in report["stream_note"] and report["calibration"] == {
             "skipped": "the stream came in bursts"}, report
     assert report["stack"]["vllm"] and report["hardware"].startswith("cpu (")
     assert "sk-bench-key" not in done.stdout + done.stderr
     assert "sk-bench-key" not in json.dumps(report["vllm_bench_argv"])
+    return report
+
+
+def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(instance: BenchedInstance) -> None:
+    for _ in range(BENCH_ATTEMPTS):
+        report = checked_bench_report(instance)
+        if report["stream_note"] is None:
+            break
+    else:
+        pytest.fail(f"{BENCH_ATTEMPTS} benches in a row streamed in bursts: {report['stream_note']}")
+    measured = report["measured"]
 
     # Kept with the instance, and status shows it.
     kept = Path(report["file"])

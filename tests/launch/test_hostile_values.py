@@ -279,6 +279,51 @@ def test_a_unit_directory_that_cannot_be_written_leaves_no_record_behind(model_r
     blocker = tmp_path / "units"
     blocker.write_text("")  # the unit directory is a file
     with pytest.raises(BadInputError) as refused:
-        install(instance, state, SystemdManager(["/bin/true"], blocker))
+        install([instance], state, SystemdManager(["/bin/true"], blocker))
     assert f"cannot write {blocker}/npuops-demo.service" in refused.value.problem
     assert list_records(state) == [] and not (state / "demo").exists()
+
+
+def _render_routed(root: Path, model_name: str, **spec: object) -> dict[str, dict[str, str]]:
+    plan = make_plan(load_model(str(_model(root, model_name))), cpu_target(16 * 2**30, 4, 1), Workload(128, 32),
+                     PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32", enforce_eager=True, replicas=2))
+    values: dict[str, object] = {"name": "m", "api_key": "sk-key", "state_dir": Path("/etc/npuops"), "port": 9100}
+    values.update(spec)
+    return {i.name: {f.name: f.text for f in i.files}
+            for i in render_instances(plan, LaunchSpec(**values))}  # type: ignore[arg-type]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(model_name=HOSTILE, host=HOSTILE)
+def test_a_hostile_routed_model_gives_the_router_exactly_its_command_line(
+        model_root: Path, model_name: str, host: str) -> None:
+    """router.json (the router's command line, read back by the router's own wrapper) and the router's and the
+    replicas' units, with a hostile model directory name and --host (unchecked at this layer: the renderer alone
+    must keep them whole)."""
+    from npuops.instance.record import ROUTER_CONFIG_FILE
+    from npuops.service.router_process import read_router_argv
+
+    assume(model_name not in ("", ".", "..") and "/" not in model_name and "\x00" not in model_name)
+    assume(len(os.fsencode(model_name)) <= 255)
+    benign = _render_routed(model_root, "tiny-llama")
+    try:
+        rendered = _render_routed(model_root, model_name, host=host)
+    except BadInputError as exc:
+        assert "\n" not in exc.one_line()
+        assert UNSAFE.search(model_name) or UNSAFE.search(host), exc.one_line()
+        return
+    finally:
+        shutil.rmtree(model_root / model_name, ignore_errors=True)
+    assert set(rendered) == set(benign) == {"m", "m-r0", "m-r1"}
+    config = model_root / "router.json"
+    config.write_text(rendered["m"][ROUTER_CONFIG_FILE], encoding="utf-8")
+    config.with_name("benign.json").write_text(benign["m"][ROUTER_CONFIG_FILE], encoding="utf-8")
+    expected = read_router_argv(str(config.with_name("benign.json")))
+    expected[expected.index("--host") + 1] = host  # the replicas stay on loopback: only where it listens differs
+    assert read_router_argv(str(config)) == expected
+    for name, files in rendered.items():
+        unit = next(text for file, text in files.items() if file.endswith(".service"))
+        benign_unit = next(text for file, text in benign[name].items() if file.endswith(".service"))
+        assert _keys(unit) == _keys(benign_unit), name
+        assert parse_env_file(files["env"]).keys() == parse_env_file(benign[name]["env"]).keys()

@@ -361,3 +361,37 @@ def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path
     assert manager.running == {"npuops-m-r5.service"}  # another instance, only named alike
     with pytest.raises(BadInputError, match="no instance named 'gone'"):
         stop_by_name(state, "gone", manager)  # type: ignore[arg-type]
+
+
+def _tree(*roots: Path) -> dict[str, bytes | None]:
+    return {str(p): (p.read_bytes() if p.is_file() else None) for root in roots for p in sorted(root.rglob("*"))}
+
+
+def test_a_routed_launch_is_written_as_one_set_or_not_at_all(tiny: Path, tmp_path: Path) -> None:
+    """The router and its replicas are one launch: when one file of any of them cannot be written, no instance's
+    files change (the old single engine stays whole) and no new instance directory or unit is left behind."""
+    from npuops.instance.manager import SystemdManager
+    from npuops.launch.install import install
+
+    state_dir, unit_dir = tmp_path / "etc", tmp_path / "units"
+    manager = SystemdManager(["/bin/true"], unit_dir)  # every systemctl call answers 0: no systemd needed
+    (single,) = render_instances(_cpu_plan(tiny), LaunchSpec(name="m", port=9100, state_dir=state_dir))
+    written = install([single], state_dir, manager)
+    assert [p.name for p in written["m"]] == [f.name for f in single.files if f.name != single.unit_name] + [
+        "npuops-m.service"]
+    (unit_dir / "npuops-m-r1.service").mkdir()  # the last replica's unit cannot be put in place
+    before = _tree(state_dir, unit_dir)
+    routed = _rendered(tiny, state_dir=state_dir)
+    with pytest.raises(BadInputError) as refused:
+        install(routed, state_dir, manager)
+    assert refused.value.problem == f"cannot write {unit_dir}/npuops-m-r1.service: Is a directory"
+    assert "unit directory" in refused.value.fix
+    assert _tree(state_dir, unit_dir) == before  # nothing renamed, no temporaries, no m-r0 or m-r1 directory
+
+    (unit_dir / "npuops-m-r1.service").rmdir()
+    written = install(routed, state_dir, manager)
+    assert set(written) == {"m", "m-r0", "m-r1"}
+    assert {p.name for p in unit_dir.iterdir()} == {"npuops-m.service", "npuops-m-router.service",
+                                                   "npuops-m-r0.service", "npuops-m-r1.service"}
+    assert (state_dir / "m" / "router.json") in written["m"] and (state_dir / "m-r1" / "vllm.yaml").is_file()
+    assert not [p for p in state_dir.rglob(".*.tmp")]
