@@ -1,4 +1,4 @@
-"""`npuops status`, `stop`, `logs` and `list`: the instances launch put on this node."""
+"""`npuops status`, `stop`, `remove`, `logs` and `list`: the instances launch put on this node."""
 
 from __future__ import annotations
 
@@ -154,6 +154,27 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
             click.echo(f"  also {unit}: found in the unit directory, its record unreadable or gone")
     if not stopped:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+@click.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+def remove(ctx: click.Context, /, name: str, as_json: bool) -> None:
+    """Stop instance NAME and uninstall it: its units (a router's replicas' too) are disabled and deleted, and
+    its config, env file (with the API key) and record with them. Bench results and logs stay where they are."""
+    from npuops.instance.control import remove_by_name
+
+    settings = load_context_settings(ctx)
+    outcome = remove_by_name(settings.state_dir, name, _manager(settings))
+    if as_json:
+        click.echo(json.dumps({"ok": True, "name": name, "units": list(outcome.units),
+                               "instances": list(outcome.instances), "kept": list(outcome.kept)}))
+        return
+    click.echo(f"{name}: removed ({', '.join(outcome.units) or 'no unit'}; "
+               f"files of {', '.join(outcome.instances) or 'none'})")
+    for directory in outcome.kept:
+        click.echo(f"  kept {directory} (bench results, logs)")
 
 
 @click.command()

@@ -11,10 +11,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from npuops.errors import BadInputError, ConfigError, UsageError
+from npuops.errors import BadInputError, ConfigError, ServiceManagerError, UsageError
 from npuops.httpclient import client_host
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import MANAGER_SYSTEMD, InstanceRecord, load_record, read_status, scan_records
+from npuops.instance.record import (
+    MANAGER_SYSTEMD,
+    InstanceRecord,
+    load_record,
+    read_status,
+    remove_instance_dir,
+    scan_records,
+)
 
 
 def port_taken(host: str, port: int) -> bool:
@@ -167,3 +174,51 @@ def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOut
             manager.stop(unit)
         stopped = stopped and all(manager.state(u).active_state in ("inactive", "failed") for u in orphans)
     return StopOutcome(stopped, orphans)
+
+
+@dataclass(frozen=True)
+class RemoveOutcome:
+    units: tuple[str, ...]  # disabled, deleted from the unit directory
+    instances: tuple[str, ...]  # whose record, config, env file (key) and router.json were deleted
+    kept: tuple[str, ...]  # directories left for the operator: bench results, engine logs, status
+
+
+def _instance_of_unit(unit: str) -> str:
+    """npuops-m-r1.service → m-r1; a router's and a Ray node's unit belong to the instance itself."""
+    return re.sub(r"(-router|-ray)?\.service\Z", "", unit.removeprefix("npuops-"))
+
+
+def remove_by_name(state_dir: Path, name: str, manager: SystemdManager) -> RemoveOutcome:
+    """`npuops remove NAME`: stop it as `stop` does (every unit of it, found from the records and from the unit
+    directory), then disable and delete those units and the files launch wrote for it and its parts, so nothing
+    of it starts at the next boot. An instance that does not stop is left installed (ServiceManagerError)."""
+    records, _ = scan_records(state_dir)
+    record = next((r for r in records if r.name == name), None)
+    stopped = stop_by_name(state_dir, name, manager)  # raises for a name with neither a record nor a unit
+    if not stopped.stopped:
+        raise ServiceManagerError(f"{name} did not stop, so it stays installed",
+                                  f"see `npuops status {name}` and `npuops logs {name}`, then remove it again")
+    parts = parts_of(record) if record is not None else []
+    units = [u for r in [*([record] if record else []), *parts] for u in r.units if r.manager == MANAGER_SYSTEMD]
+    units += [u for u in stopped.orphans if u not in units]
+    on_disk = [u for u in units if manager.unit_path(u).exists()]
+    if on_disk:
+        reason = manager.unavailable_reason()
+        if reason:
+            raise UsageError(f"cannot remove {', '.join(on_disk)}: {reason}", "remove it where it runs")
+        for unit in on_disk:
+            manager.disable(unit)
+            manager.remove_unit(unit)
+    names = dict.fromkeys([name, *(record.replicas if record else ()), *map(_instance_of_unit, units)])
+    removed, kept = [], []
+    for instance in names:
+        directory = state_dir / instance
+        if not directory.is_dir():
+            continue
+        remove_instance_dir(state_dir, instance)
+        removed.append(instance)
+        if directory.exists():
+            kept.append(str(directory))
+    data = [Path(r.status_file).parent for r in [*([record] if record else []), *parts]]
+    kept += [str(d) for d in dict.fromkeys(data) if d.is_dir() and str(d) not in kept]
+    return RemoveOutcome(tuple(on_disk), tuple(removed), tuple(kept))

@@ -324,6 +324,13 @@ class _UnitDirManager(_RecordingManager):
         super().__init__(running)
         self.unit_dir = unit_dir
 
+    def unit_path(self, unit: str) -> Path:
+        return self.unit_dir / unit
+
+    def remove_unit(self, unit: str) -> None:
+        super().remove_unit(unit)
+        self.unit_path(unit).unlink()
+
 
 def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path, tmp_path: Path) -> None:
     """One replica's record corrupt (a port out of range): `stop m` still stops that replica's unit, found in the
@@ -332,14 +339,14 @@ def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path
     from npuops.instance.control import stop_by_name
     from npuops.instance.record import UNREADABLE, scan_records
     from npuops.instance.status import wait_for_statuses
-    from npuops.launch.instance_files import write_instance_files
+    from npuops.launch.install import write_instance
 
     state, units = tmp_path / "etc", tmp_path / "units"
     units.mkdir()
     alike = render_instances(_cpu_plan(tiny), LaunchSpec(name="m-r5", port=9200, state_dir=state))
     instances = [*_rendered(tiny, state_dir=state), *alike]
     for placed in instances:
-        write_instance_files(state / placed.name, placed)
+        write_instance(placed, state, unit_dir_file=placed.unit_name)
         (units / placed.record.unit).write_text(placed.file(placed.record.unit).text)
     broken = state / "m-r1" / "instance.json"
     broken.write_text(broken.read_text().replace('"port": 9102', '"port": 99999999'))
@@ -361,6 +368,30 @@ def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path
     assert manager.running == {"npuops-m-r5.service"}  # another instance, only named alike
     with pytest.raises(BadInputError, match="no instance named 'gone'"):
         stop_by_name(state, "gone", manager)  # type: ignore[arg-type]
+
+    # `remove m` uninstalls every unit of it, the damaged replica's too, and the files launch wrote; the instance
+    # named alike keeps its unit and files; bench results stay.
+    from npuops.errors import ServiceManagerError
+    from npuops.instance.control import remove_by_name
+
+    (state / "m" / "bench").mkdir()
+    (state / "m" / "bench" / "1.json").write_text("{}")
+    stubborn = _UnitDirManager({"npuops-m-r0.service"}, units)
+    stubborn.stop = lambda unit, timeout=None: stubborn.calls.append(("stop", unit))  # type: ignore[method-assign]
+    with pytest.raises(ServiceManagerError, match="m did not stop, so it stays installed"):
+        remove_by_name(state, "m", stubborn)  # type: ignore[arg-type]
+    assert (units / "npuops-m-r0.service").exists() and (state / "m-r0" / "instance.json").exists()
+    removed = remove_by_name(state, "m", manager)  # type: ignore[arg-type]
+    assert removed.units == ("npuops-m-router.service", "npuops-m-r0.service", "npuops-m-r1.service")
+    assert [unit for verb, unit in manager.calls if verb in ("disable", "remove")] == [
+        u for u in removed.units for _ in ("disable", "remove")]
+    assert sorted(p.name for p in units.iterdir()) == ["npuops-m-r5.service"]
+    assert removed.instances == ("m", "m-r0", "m-r1") and removed.kept == (str(state / "m"),)
+    assert sorted(p.name for p in state.iterdir()) == ["m", "m-r5"]
+    assert sorted(p.name for p in (state / "m").iterdir()) == ["bench"]
+    assert [r.name for r in scan_records(state)[0]] == ["m-r5"] and scan_records(state)[1] == []
+    with pytest.raises(BadInputError, match="no instance named 'm'"):
+        remove_by_name(state, "m", manager)  # type: ignore[arg-type]
 
 
 def _tree(*roots: Path) -> dict[str, bytes | None]:

@@ -206,3 +206,19 @@ def test_status_logs_and_stop_see_every_part(serving_node: ServingNode, port: in
     assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
     for unit in (f"npuops-{NAME}-router.service", f"npuops-{NAME}-r0.service", f"npuops-{NAME}-r1.service"):
         assert node.systemd.unit_property(unit, "ActiveState") in ("inactive", "failed"), unit
+
+    # `remove` uninstalls the router and both replicas: systemd no longer knows their units (nothing comes back at
+    # boot), the env files holding the key are gone, and `list` no longer shows the instance.
+    removed = node.npuops("remove", NAME, "--json")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    answer = json.loads(removed.stdout)
+    units = [f"npuops-{NAME}-router.service", f"npuops-{NAME}-r0.service", f"npuops-{NAME}-r1.service"]
+    assert answer["ok"] and answer["units"] == units and answer["instances"] == [NAME, f"{NAME}-r0", f"{NAME}-r1"]
+    for unit in units:
+        assert node.systemd.unit_property(unit, "LoadState") == "not-found", unit
+    listed = json.loads(node.npuops("list", "--json").stdout)["instances"]
+    assert not [i for i in listed if i["name"] in (NAME, f"{NAME}-r0", f"{NAME}-r1")], listed
+    holding_key = node.systemd.run(["grep", "-rl", KEY, "/etc/npuops", "/etc/systemd/system"], timeout=60)
+    assert holding_key.stdout == "", holding_key.stdout
+    again = node.npuops("remove", NAME)
+    assert again.returncode != 0 and f"no instance named '{NAME}'" in again.stderr and "Traceback" not in again.stderr
