@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("npuops.cli.service_cmds:status", "State, health and live figures of launched instances."),
     "list": ("npuops.cli.service_cmds:list_", "The instances launched on this node."),
     "stop": ("npuops.cli.service_cmds:stop", "Stop a launched instance."),
-    "remove": ("npuops.cli.service_cmds:remove", "Stop a launched instance and uninstall its units and files."),
+    "remove": ("npuops.cli.service_cmds:remove", "Uninstall a stopped instance: its units and files."),
     "logs": ("npuops.cli.service_cmds:logs", "Show a launched instance's logs."),
     "bench": ("npuops.cli.bench_cmd:bench", "Measure an instance with vLLM's own benchmark beside the plan."),
     "tune": ("npuops.cli.tune_cmd:tune", "Find the best batching for a model with real trials and benches."),

@@ -158,15 +158,17 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
 
 @click.command()
 @click.argument("name")
+@click.option("--force", is_flag=True, help="Stop the instance first if it is running.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
-def remove(ctx: click.Context, /, name: str, as_json: bool) -> None:
-    """Stop instance NAME and uninstall it: its units (a router's replicas' too) are disabled and deleted, and
-    its config, env file (with the API key) and record with them. Bench results and logs stay where they are."""
+def remove(ctx: click.Context, /, name: str, force: bool, as_json: bool) -> None:
+    """Uninstall instance NAME: its units (a router's replicas' too) are disabled and deleted, and its config,
+    env file (with the API key) and record with them. Bench results and logs stay where they are. A running
+    instance is refused unless --force, which stops it first."""
     from npuops.instance.control import remove_by_name
 
     settings = load_context_settings(ctx)
-    outcome = remove_by_name(settings.state_dir, name, _manager(settings))
+    outcome = remove_by_name(settings.state_dir, name, _manager(settings), force=force)
     if as_json:
         click.echo(json.dumps({"ok": True, "name": name, "units": list(outcome.units),
                                "instances": list(outcome.instances), "kept": list(outcome.kept)}))

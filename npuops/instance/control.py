@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,12 +189,38 @@ def _instance_of_unit(unit: str) -> str:
     return re.sub(r"(-router|-ray)?\.service\Z", "", unit.removeprefix("npuops-"))
 
 
-def remove_by_name(state_dir: Path, name: str, manager: SystemdManager) -> RemoveOutcome:
-    """`npuops remove NAME`: stop it as `stop` does (every unit of it, found from the records and from the unit
-    directory), then disable and delete those units and the files launch wrote for it and its parts, so nothing
-    of it starts at the next boot. An instance that does not stop is left installed (ServiceManagerError)."""
+_STOPPED_STATES = ("inactive", "failed")
+
+
+def running_parts(records: Sequence[InstanceRecord], units: Sequence[str], manager: SystemdManager) -> list[str]:
+    """The units (and foreground runs, by instance name) of these records and unit names that run now."""
+    running: list[str] = []
+    for record in records:
+        if record.manager != MANAGER_SYSTEMD:
+            status = read_status(record)
+            if status is not None and status.exit is None and pid_alive(status.supervisor_pid):
+                running.append(f"{record.name} (foreground)")
+    if units and manager.unavailable_reason() is None:
+        running += [u for u in units if manager.state(u).active_state not in _STOPPED_STATES]
+    return running
+
+
+def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force: bool = False) -> RemoveOutcome:
+    """`npuops remove NAME`: disable and delete every unit of it (found from the records and from the unit
+    directory) and the files launch wrote for it and its parts, so nothing of it starts at the next boot. A
+    running instance is refused unless `force`, which stops it first as `stop` does; an instance that does not
+    stop is left installed (ServiceManagerError)."""
     records, _ = scan_records(state_dir)
     record = next((r for r in records if r.name == name), None)
+    if not force:
+        mine = [*([record] if record else []), *(parts_of(record) if record else [])]
+        owned_elsewhere = {u for r in records if r not in mine and r.behind != name for u in r.units}
+        units = [u for r in mine if r.manager == MANAGER_SYSTEMD for u in r.units]
+        units += [u for u in units_on_disk(name, manager.unit_dir, owned_elsewhere) if u not in units]
+        running = running_parts(mine, units, manager)
+        if running:
+            raise BadInputError(f"{name} is running ({', '.join(running)})",
+                                f"stop it first (`npuops stop {name}`), or `npuops remove {name} --force`")
     stopped = stop_by_name(state_dir, name, manager)  # raises for a name with neither a record nor a unit
     if not stopped.stopped:
         raise ServiceManagerError(f"{name} did not stop, so it stays installed",

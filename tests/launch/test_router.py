@@ -376,10 +376,16 @@ def test_a_damaged_replica_record_is_shown_and_its_unit_still_stopped(tiny: Path
 
     (state / "m" / "bench").mkdir()
     (state / "m" / "bench" / "1.json").write_text("{}")
-    stubborn = _UnitDirManager({"npuops-m-r0.service"}, units)
+    stubborn = _UnitDirManager({"npuops-m-r0.service", "npuops-m-r1.service"}, units)
+    with pytest.raises(BadInputError) as running:
+        remove_by_name(state, "m", stubborn)  # type: ignore[arg-type]
+    # The damaged replica's unit is found in the unit directory.
+    assert running.value.problem == "m is running (npuops-m-r0.service, npuops-m-r1.service)"
+    assert running.value.fix == "stop it first (`npuops stop m`), or `npuops remove m --force`"
+    assert stubborn.calls == []
     stubborn.stop = lambda unit, timeout=None: stubborn.calls.append(("stop", unit))  # type: ignore[method-assign]
     with pytest.raises(ServiceManagerError, match="m did not stop, so it stays installed"):
-        remove_by_name(state, "m", stubborn)  # type: ignore[arg-type]
+        remove_by_name(state, "m", stubborn, force=True)  # type: ignore[arg-type]
     assert (units / "npuops-m-r0.service").exists() and (state / "m-r0" / "instance.json").exists()
     removed = remove_by_name(state, "m", manager)  # type: ignore[arg-type]
     assert removed.units == ("npuops-m-router.service", "npuops-m-r0.service", "npuops-m-r1.service")

@@ -202,6 +202,9 @@ def test_status_logs_and_stop_see_every_part(serving_node: ServingNode, port: in
     bad = node.npuops("logs", NAME, "--part", "r7")
     assert bad.returncode != 0 and "r7" in bad.stderr and "Traceback" not in bad.stderr
 
+    running = node.npuops("remove", NAME)  # refused while it serves: nothing is uninstalled under a client
+    assert running.returncode == 3 and f"{NAME} is running (npuops-{NAME}-router.service" in running.stderr
+    assert f"`npuops remove {NAME} --force`" in running.stderr
     done = node.npuops("stop", NAME, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
     for unit in (f"npuops-{NAME}-router.service", f"npuops-{NAME}-r0.service", f"npuops-{NAME}-r1.service"):
@@ -209,6 +212,8 @@ def test_status_logs_and_stop_see_every_part(serving_node: ServingNode, port: in
 
     # `remove` uninstalls the router and both replicas: systemd no longer knows their units (nothing comes back at
     # boot), the env files holding the key are gone, and `list` no longer shows the instance.
+    refused = node.npuops("remove", "nosuch")
+    assert refused.returncode == 3 and "no instance named 'nosuch'" in refused.stderr, refused.stderr
     removed = node.npuops("remove", NAME, "--json")
     assert removed.returncode == 0, removed.stdout + removed.stderr
     answer = json.loads(removed.stdout)
