@@ -47,11 +47,37 @@ def test_unknown_flag_is_one_line_usage_error() -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--jsn" in proc.stderr and "--json" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # One suggestion, not click's and then npuops' own again.
+    misspelt = npuops("plan", "qwen3-8b", "--hardwre", "cpu")
+    assert misspelt.stderr == ("npuops: usage error: No such option '--hardwre'. Did you mean '--hardware'?; "
+                               "see `npuops plan --help`\n")
 
 
-def test_unknown_command_is_usage_error() -> None:
+def test_unknown_command_is_usage_error_with_the_closest_command() -> None:
     proc = npuops("nodes")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == "npuops: usage error: No such command 'nodes'. Did you mean 'node'?; see `npuops --help`\n"
+    assert "Did you mean 'plan'?" in npuops("plna").stderr
+    far = npuops("zzz")
+    assert far.returncode == 2 and far.stderr == "npuops: usage error: No such command 'zzz'; see `npuops --help`\n"
+
+
+def test_models_lists_the_catalog_plan_accepts() -> None:
+    from npuops.plan.catalog import catalog_names, load_model
+
+    listed = json.loads(npuops("models", "--json").stdout)["models"]
+    assert [m["name"] for m in listed] == catalog_names()
+    for model in listed:  # every name and alias shown is one plan accepts, for that very model
+        for ref in (model["name"], model["hf_id"], *model["aliases"]):
+            assert load_model(ref).catalog_name == model["name"], ref
+        assert model["weight_bytes"] == load_model(model["name"]).weight_bytes
+    moe = next(m for m in listed if m["name"] == "qwen3-30b-a3b")
+    assert moe["experts"] == 128 and 0 < moe["active_parameters"] < moe["parameters"]
+    text = npuops("models").stdout
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert "\nqwen3-30b-a3b  " in text and "30.5B/3.4B" in text and "Qwen/Qwen3-30B-A3B" in text
+    unknown = npuops("plan", "nosuchmodel")
+    assert unknown.returncode == 3 and "`npuops models` lists them" in unknown.stderr
 
 
 def test_malformed_config_is_exit_3_one_line(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ anything else is a bug and prints a traceback saying so.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "node": ("npuops.cli.node_cmd:node", "Show this node: NPUs, driver, CANN, Python stack, host."),
     "doctor": ("npuops.cli.doctor_cmd:doctor", "Health and precision checks with verdicts and fixes."),
     "plan": ("npuops.cli.plan_cmd:plan", "Work out a tuned vLLM configuration for a model."),
+    "models": ("npuops.cli.models_cmd:models", "The model catalog plan knows by name."),
     "launch": ("npuops.cli.launch_cmd:launch", "Run vLLM as a supervised, health-gated service."),
     "run": ("npuops.cli.run_cmd:run", "Supervise an instance's engine (what its unit runs)."),
     "status": ("npuops.cli.service_cmds:status", "State, health and live figures of launched instances."),
@@ -42,6 +44,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                         list[str]]:
+        name = click.utils.make_str(args[0])
+        if name not in COMMANDS and not name.startswith("-"):
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
@@ -116,14 +127,11 @@ def main(args: list[str] | None = None) -> None:
                                                           "exit_code": int(exc.exit_code)}}))
         click.echo(f"npuops: error: {exc.one_line()}", err=True)
         sys.exit(int(exc.exit_code))
-    except click.exceptions.NoSuchOption as exc:
-        hint = f" (did you mean {', '.join(exc.possibilities)}?)" if exc.possibilities else ""
-        cmd = exc.ctx.command_path if exc.ctx else "npuops"
-        click.echo(f"npuops: usage error: {exc.format_message()}{hint}; see `{cmd} --help`", err=True)
-        sys.exit(int(ExitCode.USAGE))
     except click.exceptions.UsageError as exc:
+        # click's own message (with its one "Did you mean ...?" for a misspelt option), on one line.
         cmd = exc.ctx.command_path if exc.ctx else "npuops"
-        click.echo(f"npuops: usage error: {' '.join(exc.format_message().split())}; see `{cmd} --help`", err=True)
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        click.echo(f"npuops: usage error: {message}; see `{cmd} --help`", err=True)
         sys.exit(int(ExitCode.USAGE))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

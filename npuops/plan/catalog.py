@@ -98,6 +98,25 @@ def catalog_names() -> list[str]:
     return sorted(model_catalog())
 
 
+def catalog_summary() -> list[dict[str, object]]:
+    """What `npuops models` shows of each catalog model: its names, size and architecture (weights at the
+    checkpoint's own dtype, as `plan` counts them without --quantization)."""
+    rows: list[dict[str, object]] = []
+    for name in catalog_names():
+        entry = model_catalog()[name]
+        arch = entry.spec.arch
+        rows.append({
+            "name": name, "hf_id": entry.hf_id, "aliases": list(entry.aliases),
+            "parameters": entry.parameters,
+            "active_parameters": entry.active_parameters if entry.active_parameters != entry.parameters else None,
+            "architecture": arch.architectures[0] if arch.architectures else arch.model_type,
+            "layers": arch.num_layers, "experts": arch.num_experts or None, "dtype": arch.torch_dtype,
+            "weight_bytes": entry.spec.weight_bytes,
+            "max_context": arch.max_position_embeddings,
+        })
+    return rows
+
+
 def catalog_entry(ref: str) -> CatalogEntry | None:
     """Find by name, alias or Hugging Face id, case-insensitively; an `org/` prefix is optional."""
     table = _lookup_table()
@@ -155,5 +174,5 @@ def load_model(ref: str, quantization: str | None = None) -> ModelSpec:
         )
     raise BadInputError(
         f"{ref!r} is neither a model directory nor a catalog model{hint}",
-        "pass a local Hugging Face model directory, or a catalog name (npuops/data/models), e.g. qwen3-8b",
+        "pass a local Hugging Face model directory, or a catalog name (`npuops models` lists them), e.g. qwen3-8b",
     )
