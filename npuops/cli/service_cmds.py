@@ -86,7 +86,7 @@ def status(ctx: click.Context, /, name: str | None, wait_s: float, as_json: bool
 def list_(ctx: click.Context, /, as_json: bool) -> None:
     """The instances launched on this node, one line each (an unreadable record too: exit 1 then)."""
     from npuops.instance.record import UNREADABLE, scan_records
-    from npuops.instance.status import instance_status
+    from npuops.instance.status import instance_status, lingering_fix
     from npuops.textout import table
 
     settings = load_context_settings(ctx)
@@ -97,7 +97,8 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"ok": not unreadable, "instances": [
             {"name": r.name, "state": s.state, "url": s.url, "model": r.served_model_name,
-             "manager": r.manager, "unit": s.unit, "devices": list(r.devices)} for r, s in statuses]
+             "manager": r.manager, "unit": s.unit, "devices": list(r.devices), "note": lingering_fix(s)}
+            for r, s in statuses]
             + [u.to_json() for u in unreadable]}, indent=2))
     elif not statuses and not unreadable:
         click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
@@ -106,6 +107,9 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
                  r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
         rows += [(u.name, UNREADABLE, "-", "-", "-", "-") for u in unreadable]
         click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
+        for r, s in statuses:
+            if (note := lingering_fix(s)) is not None:
+                click.echo(f"{r.name}: {note}")
         for u in unreadable:
             click.echo(f"{u.name}: {u.problem}; fix: {u.fix}")
     if unreadable:
@@ -147,7 +151,10 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
     seconds = time.monotonic() - started
     if as_json:
         click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2),
+                               "was_running": list(outcome.was_running),
                                **({"orphans": list(outcome.orphans)} if outcome.orphans else {})}))
+    elif not outcome.was_running and stopped:
+        click.echo(f"{name}: not running (nothing to stop)")
     else:
         click.echo(f"{name}: {'stopped' if stopped else 'still running'} ({seconds:.1f} s)")
         for unit in outcome.orphans:

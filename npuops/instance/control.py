@@ -8,7 +8,6 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +138,8 @@ class StopOutcome:
     stopped: bool
     # Units of the instance found only in the unit directory (their record is unreadable or gone): stopped too.
     orphans: tuple[str, ...] = ()
+    # What ran when the stop began (units, and foreground runs by name): empty when there was nothing to stop.
+    was_running: tuple[str, ...] = ()
 
 
 def units_on_disk(name: str, unit_dir: Path, owned_elsewhere: set[str]) -> list[str]:
@@ -152,36 +153,76 @@ def units_on_disk(name: str, unit_dir: Path, owned_elsewhere: set[str]) -> list[
     return [unit for unit in names if pattern.fullmatch(unit) and unit not in owned_elsewhere]
 
 
-def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOutcome:
-    """`npuops stop NAME`: every part its records name, then every unit of NAME in the unit directory that no
-    readable record accounted for (a replica whose record is damaged still holds its chips). An instance that has
-    neither a record nor a unit is bad input, named as load_record names it."""
+@dataclass(frozen=True)
+class InstanceOnNode:
+    """Everything of instance NAME on this node: its readable records (itself, then the parts behind it) and
+    its units, from those records and from the unit directory (a part whose record is damaged still has one)."""
+
+    name: str
+    record: InstanceRecord | None
+    parts: tuple[InstanceRecord, ...]
+    units: tuple[str, ...]
+    orphans: tuple[str, ...]  # of `units`, those no readable record accounts for
+
+    @property
+    def records(self) -> list[InstanceRecord]:
+        return [*([self.record] if self.record else []), *self.parts]
+
+
+def find_instance(state_dir: Path, name: str, manager: SystemdManager) -> InstanceOnNode:
+    """NAME's records and units; an instance that has neither is bad input, named as load_record names it."""
     records, _ = scan_records(state_dir)
     record = next((r for r in records if r.name == name), None)
-    mine = {name} | ({p.name for p in parts_of(record)} if record is not None else set())
+    parts = tuple(parts_of(record)) if record is not None else ()
+    mine = {name, *(p.name for p in parts), *(record.replicas if record else ())}
     owned_elsewhere = {unit for r in records if r.name not in mine and r.behind != name for unit in r.units}
     on_disk = units_on_disk(name, manager.unit_dir, owned_elsewhere)
     if record is None and not on_disk:
         load_record(state_dir, name)  # raises: no such instance, or its record's own problem and fix
-    stopped = stop_instance(record, manager) if record is not None else True
-    accounted = {unit for r in [*([record] if record else []), *(parts_of(record) if record else [])]
-                 for unit in r.units}
-    orphans = tuple(unit for unit in on_disk if unit not in accounted)
-    if orphans:
+    accounted = [u for r in [*([record] if record else []), *parts] if r.manager == MANAGER_SYSTEMD for u in r.units]
+    orphans = tuple(u for u in on_disk if u not in accounted)
+    return InstanceOnNode(name, record, parts, (*accounted, *orphans), orphans)
+
+
+_STOPPED_STATES = ("inactive", "failed")
+
+
+def running_parts(instance: InstanceOnNode, manager: SystemdManager) -> tuple[str, ...]:
+    """What of the instance runs now: its active (or activating, restarting, stopping) units and, by name, its
+    foreground runs whose supervisor is alive."""
+    running: list[str] = []
+    for record in instance.records:
+        if record.manager != MANAGER_SYSTEMD:
+            status = read_status(record)
+            if status is not None and status.exit is None and pid_alive(status.supervisor_pid):
+                running.append(f"{record.name} (foreground)")
+    if instance.units and manager.unavailable_reason() is None:
+        running += [u for u in instance.units if manager.state(u).active_state not in _STOPPED_STATES]
+    return tuple(running)
+
+
+def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOutcome:
+    """`npuops stop NAME`: every part its records name, then every unit of NAME in the unit directory that no
+    readable record accounted for (a replica whose record is damaged still holds its chips)."""
+    instance = find_instance(state_dir, name, manager)
+    was_running = running_parts(instance, manager)
+    stopped = stop_instance(instance.record, manager) if instance.record is not None else True
+    if instance.orphans:
         reason = manager.unavailable_reason()
         if reason:
-            raise UsageError(f"cannot stop {', '.join(orphans)}: {reason}", "stop them where they run")
-        for unit in orphans:
+            raise UsageError(f"cannot stop {', '.join(instance.orphans)}: {reason}", "stop them where they run")
+        for unit in instance.orphans:
             manager.stop(unit)
-        stopped = stopped and all(manager.state(u).active_state in ("inactive", "failed") for u in orphans)
-    return StopOutcome(stopped, orphans)
+        stopped = stopped and all(manager.state(u).active_state in _STOPPED_STATES for u in instance.orphans)
+    return StopOutcome(stopped, instance.orphans, was_running)
+
 
 
 @dataclass(frozen=True)
 class RemoveOutcome:
     units: tuple[str, ...]  # disabled, deleted from the unit directory
     instances: tuple[str, ...]  # whose record, config, env file (key) and router.json were deleted
-    kept: tuple[str, ...]  # directories left for the operator: bench results, engine logs, status
+    kept: tuple[str, ...]  # directories left for the operator: bench results, engine logs
 
 
 def _instance_of_unit(unit: str) -> str:
@@ -189,46 +230,21 @@ def _instance_of_unit(unit: str) -> str:
     return re.sub(r"(-router|-ray)?\.service\Z", "", unit.removeprefix("npuops-"))
 
 
-_STOPPED_STATES = ("inactive", "failed")
-
-
-def running_parts(records: Sequence[InstanceRecord], units: Sequence[str], manager: SystemdManager) -> list[str]:
-    """The units (and foreground runs, by instance name) of these records and unit names that run now."""
-    running: list[str] = []
-    for record in records:
-        if record.manager != MANAGER_SYSTEMD:
-            status = read_status(record)
-            if status is not None and status.exit is None and pid_alive(status.supervisor_pid):
-                running.append(f"{record.name} (foreground)")
-    if units and manager.unavailable_reason() is None:
-        running += [u for u in units if manager.state(u).active_state not in _STOPPED_STATES]
-    return running
-
-
 def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force: bool = False) -> RemoveOutcome:
     """`npuops remove NAME`: disable and delete every unit of it (found from the records and from the unit
     directory) and the files launch wrote for it and its parts, so nothing of it starts at the next boot. A
     running instance is refused unless `force`, which stops it first as `stop` does; an instance that does not
     stop is left installed (ServiceManagerError)."""
-    records, _ = scan_records(state_dir)
-    record = next((r for r in records if r.name == name), None)
-    if not force:
-        mine = [*([record] if record else []), *(parts_of(record) if record else [])]
-        owned_elsewhere = {u for r in records if r not in mine and r.behind != name for u in r.units}
-        units = [u for r in mine if r.manager == MANAGER_SYSTEMD for u in r.units]
-        units += [u for u in units_on_disk(name, manager.unit_dir, owned_elsewhere) if u not in units]
-        running = running_parts(mine, units, manager)
-        if running:
-            raise BadInputError(f"{name} is running ({', '.join(running)})",
-                                f"stop it first (`npuops stop {name}`), or `npuops remove {name} --force`")
-    stopped = stop_by_name(state_dir, name, manager)  # raises for a name with neither a record nor a unit
-    if not stopped.stopped:
+    instance = find_instance(state_dir, name, manager)
+    running = running_parts(instance, manager)
+    if running and not force:
+        raise BadInputError(f"{name} is running ({', '.join(running)})",
+                            f"stop it first (`npuops stop {name}`), or `npuops remove {name} --force`")
+    stopped = stop_by_name(state_dir, name, manager) if running else None
+    if stopped is not None and not stopped.stopped:
         raise ServiceManagerError(f"{name} did not stop, so it stays installed",
                                   f"see `npuops status {name}` and `npuops logs {name}`, then remove it again")
-    parts = parts_of(record) if record is not None else []
-    units = [u for r in [*([record] if record else []), *parts] for u in r.units if r.manager == MANAGER_SYSTEMD]
-    units += [u for u in stopped.orphans if u not in units]
-    on_disk = [u for u in units if manager.unit_path(u).exists()]
+    on_disk = [u for u in instance.units if manager.unit_path(u).exists()]
     if on_disk:
         reason = manager.unavailable_reason()
         if reason:
@@ -236,16 +252,19 @@ def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force
         for unit in on_disk:
             manager.disable(unit)
             manager.remove_unit(unit)
-    names = dict.fromkeys([name, *(record.replicas if record else ()), *map(_instance_of_unit, units)])
+    for each_record in instance.records:  # the supervisor's state of a run that no unit will resume
+        Path(each_record.status_file).unlink(missing_ok=True)
+    record = instance.record
+    names = dict.fromkeys([name, *(record.replicas if record else ()), *map(_instance_of_unit, instance.units)])
     removed, kept = [], []
-    for instance in names:
-        directory = state_dir / instance
+    for each in names:
+        directory = state_dir / each
         if not directory.is_dir():
             continue
-        remove_instance_dir(state_dir, instance)
-        removed.append(instance)
+        remove_instance_dir(state_dir, each)
+        removed.append(each)
         if directory.exists():
             kept.append(str(directory))
-    data = [Path(r.status_file).parent for r in [*([record] if record else []), *parts]]
+    data = [Path(r.status_file).parent for r in instance.records]
     kept += [str(d) for d in dict.fromkeys(data) if d.is_dir() and str(d) not in kept]
     return RemoveOutcome(tuple(on_disk), tuple(removed), tuple(kept))

@@ -361,6 +361,12 @@ def list_records(state_dir: Path) -> list[InstanceRecord]:
     return scan_records(state_dir)[0]
 
 
+def begin_foreground_log(record: InstanceRecord, text: str) -> None:
+    """A foreground run's log (engine.log) begins with its start gate's report, as a unit's journal does: `npuops
+    logs NAME` then shows why a refused launch never started. The supervisor appends the engine's output."""
+    write_text_atomic(record.engine_log, text.rstrip("\n") + "\n", mode=0o640)
+
+
 def write_status(record: InstanceRecord, state: SupervisorState) -> None:
     """The supervisor's state for `npuops status` (also written by the start gate when it refuses, and by a
     foreground launch before its gate)."""

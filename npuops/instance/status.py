@@ -280,6 +280,17 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
     )
 
 
+def lingering_fix(status: InstanceStatus) -> str | None:
+    """What `list` says of an instance that lingers (pure): a foreground run that has ended keeps its record
+    until launched again or removed; a failed unit stays installed until fixed or removed."""
+    if status.manager != MANAGER_SYSTEMD and status.state in ("failed", "stopped"):
+        return (f"its foreground run has ended; fix: launch it again, or `npuops remove {status.name}` "
+                "to forget it")
+    if status.manager == MANAGER_SYSTEMD and status.state == "failed":
+        return f"fix: `npuops status {status.name}` says why; `npuops remove {status.name}` uninstalls it"
+    return None
+
+
 def record_warnings(record: InstanceRecord) -> tuple[str, ...]:
     """What status says about an instance every time (pure): a unit that runs as root."""
     if record.service_user == "root":

@@ -29,6 +29,7 @@ from npuops.instance.manager import SystemdManager
 from npuops.instance.record import (
     MANAGER_SYSTEMD,
     InstanceRecord,
+    begin_foreground_log,
     list_records,
     read_status,
     remove_instance_dir,
@@ -201,7 +202,9 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
     # `npuops status` sees the instance starting from the first moment, not "stopped" while the gate runs.
     write_status(record, SupervisorState.gate(record.name, base_url(record.host, record.port)))
     gate = run_gate(record, settings)
-    report.progress(render_gate_text(gate, record.name))
+    gate_text = render_gate_text(gate, record.name)
+    report.progress(gate_text)
+    begin_foreground_log(record, gate_text)
     report.event(event="gate", **gate.to_json())
     if not gate.ok:
         write_status(record, refusal_status(gate, record.name))

@@ -208,7 +208,8 @@ class Supervisor:
         if self.options.write_engine_log:
             log_path = self.record.engine_log
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in _finish
+            # Appended: a foreground launch begins the file with its start gate's report.
+            self._log_file = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in _finish
             os.chmod(log_path, 0o640)
         try:
             # A session of its own: the whole engine (API server, EngineCore, workers) is one process group
