@@ -1,7 +1,11 @@
-"""Small helpers for the human output: aligned tables and sizes. No click, no colours required."""
+"""Small helpers for the human output: aligned tables, sizes and text wrapped to the terminal (at most 100
+columns). No click, no colours required."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import textwrap
 from collections.abc import Sequence
 
 
@@ -38,3 +42,24 @@ def compact_cpu_list(cpus: Sequence[int]) -> str:
         if c is not None:
             start = prev = c
     return ",".join(parts)
+
+
+MAX_WIDTH = 100  # terminal text fits 100 columns, also in a wider terminal (logs, tickets, e-mail)
+MIN_WIDTH = 60
+
+
+def terminal_width() -> int:
+    """COLUMNS when set (as shells and `COLUMNS=80 npuops ...` do), else the terminal's width, within
+    [MIN_WIDTH, MAX_WIDTH]; 100 when output goes to a pipe or file."""
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() else shutil.get_terminal_size((MAX_WIDTH, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, width))
+
+
+def wrapped(text: str, prefix: str = "", indent: str | None = None, width: int | None = None) -> str:
+    """`text` after `prefix`, wrapped at the terminal's width on spaces only: a path, flag or value is never
+    cut (one longer than the line stays whole on its own line). Continuation lines take `indent` (default:
+    spaces as wide as `prefix`)."""
+    return textwrap.fill(text, width=width or terminal_width(), initial_indent=prefix,
+                         subsequent_indent=" " * len(prefix) if indent is None else indent,
+                         break_long_words=False, break_on_hyphens=False)

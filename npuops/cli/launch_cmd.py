@@ -156,6 +156,13 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
         prepared = prepare_local(settings, plan, choices)
     if dry_run:
         assert output is not None
+        from npuops.instance.access import sandbox_notes
+
+        paths = [(what, path) for i in prepared.instances for what, path in (
+            ("the vLLM executable" if not i.record.is_router else "the router's python", i.record.vllm_command[0]),
+            ("the model", i.record.model_path), ("the draft model", i.record.draft_model_path),
+            ("npuops", prepared.spec.npuops_command[0])) if path]
+        prepared.notes.extend(sandbox_notes(paths))
         _print_dry_run(write_dry_run(prepared.instances, output), prepared.notes, plan, as_json, settings.state_dir,
                        pd)
         return int(ExitCode.OK)
@@ -185,11 +192,15 @@ def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, a
         click.echo(f"{instance_name}:")
         for p in paths:
             click.echo(f"  {p}")
+    from npuops.textout import wrapped
+
     for note in notes:
-        click.echo(f"note: {note}")
-    click.echo(f"\nInstall: copy the env, vllm.yaml and instance.json to {state_dir}/<name>/ and the unit to "
-               f"/etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now npuops-<name>` "
-               f"(or let `npuops launch` without --dry-run do it).")
+        click.echo(wrapped(note, "note: "))
+    units = [Path(p).name for paths in written.values() for p in paths if p.endswith(".service")]
+    click.echo("\n" + wrapped(
+        f"copy each instance's files but its unit to {state_dir}/NAME/ and the unit{'s' if len(units) > 1 else ''} "
+        f"to /etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now {' '.join(units)}` "
+        "(or let `npuops launch` without --dry-run do it).", "Install: "))
 
 
 def _launch_group(ctx: click.Context, settings: Any, request: Any, choices: Any, *, dry_run: bool,

@@ -16,7 +16,7 @@ import grp
 import os
 import pwd
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +96,27 @@ def sandbox_hidden(path: Path) -> tuple[Path, str] | None:
             if hop == Path(place) or Path(place) in hop.parents:
                 return hop, why
     return None
+
+
+def sandbox_notes(paths: Sequence[tuple[str, str]]) -> list[str]:
+    """For a unit rendered but not installed (`launch --dry-run`): each (what, path) the unit's sandbox would
+    hide, with an executable's interpreter, said once. Installing it as rendered would fail its start gate."""
+    notes: list[str] = []
+    seen: set[str] = set()
+    for what, path in paths:
+        candidates = [(what, Path(path))]
+        interpreter = interpreter_of(Path(path))
+        if interpreter is not None:
+            candidates.append((f"the interpreter of {what}", interpreter))
+        for name, candidate in candidates:
+            hidden = sandbox_hidden(candidate)
+            if hidden is None or str(candidate) in seen:
+                continue
+            seen.add(str(candidate))
+            where, why = hidden
+            notes.append(f"the unit's sandbox would hide {name} {candidate} ({why}, at {where}): move it under "
+                         f"{SERVICE_PLACES} before installing the unit")
+    return notes
 
 
 def _allows(st: os.stat_result, identity: ServiceIdentity, bits: int) -> bool:

@@ -189,9 +189,9 @@ def test_verify_catches_a_broken_unit(models: Path, tmp_path: Path) -> None:
     assert verify.returncode != 0 and "NoNewPrivilegs" in verify.stderr
 
 
-def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "npuops", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120, check=False)
+                          timeout=120, check=False, env={**os.environ, **(env or {})})
 
 
 def test_launch_dry_run_writes_the_files(models: Path, tmp_path: Path) -> None:
@@ -206,6 +206,18 @@ def test_launch_dry_run_writes_the_files(models: Path, tmp_path: Path) -> None:
     assert names == ["env", "instance.json", "npuops-tiny.service", "vllm.yaml"]
     assert "port: 8123" in (out / "vllm.yaml").read_text()
     assert 'host: "127.0.0.1"' in (out / "vllm.yaml").read_text()
+    # The model lives under /tmp (pytest's): installed as rendered, the unit's PrivateTmp= would hide it.
+    model = models / "tiny-llama"
+    assert (f"the unit's sandbox would hide the model {model} (PrivateTmp=yes gives the service a /tmp of its "
+            f"own, at {model}): move it under /opt, /srv or /var/lib before installing the unit") in data["notes"]
+    text = _cli("launch", str(model), "--hardware", "cpu", "--dtype", "float32", "--enforce-eager",
+                "--kv-cache-memory-bytes", str(256 * 2**20), "--name", "tiny", "--port", "8123", "--dry-run",
+                "--output", str(out), env={"COLUMNS": "200"})
+    assert text.returncode == 0, text.stderr
+    assert all(len(line) <= 100 for line in text.stdout.splitlines()), text.stdout  # wrapped, at most 100
+    flat = " ".join(text.stdout.split())
+    assert "note: the unit's sandbox would hide the model" in flat and "<name>" not in flat
+    assert "`systemctl daemon-reload && systemctl enable --now npuops-tiny.service`" in flat
 
 
 def test_launch_without_dry_run_and_bad_flags_are_clean_errors(models: Path, tmp_path: Path) -> None:
