@@ -3,7 +3,8 @@
 #   1. a venv with npuops, and (outside the repo) a venv with the vLLM CPU engine (scripts/engine-venv.sh,
 #      ~3 GB and ~1.5 min the first time);
 #   2. what npuops sees of this node, and the level-1 doctor's verdict on it;
-#   3. the plan for the founding document's scenario (LLaMA2-13B-Chat on an Atlas 800T A2, 8 x 910B3);
+#   3. the plan for the scenario whose claims npuops tests (docs/claims.md): LLaMA2-13B-Chat on an Atlas 800T A2,
+#      8 x 910B3;
 #   4. a tiny model made locally (random weights, a locally trained tokenizer: no model hub needed), planned for
 #      this machine's CPU, launched under npuops' supervisor with its progress, asked one question,
 #      `npuops status` with the engine's live figures, and stopped.
@@ -18,8 +19,15 @@ WORK=${NPUOPS_DEMO_WORK:-$(mktemp -d -t npuops-demo.XXXXXX)}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
-"$VENV/bin/python" -m pip install -q -e . 2>&1 | { grep -v 'is ignored: it is neither' || true; } >&2
+# Quiet: no lines from this machine's pip config (local indexes holding only some packages) and no setuptools
+# box about editable installs (PYTHONWARNINGS reaches the build backend). The test tools come with
+# `scripts/test.sh`, which installs them into this same venv.
+pip_q() {
+  PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
+    | { grep -v 'is ignored: it is neither' || true; } >&2
+}
+pip_q --upgrade pip
+pip_q -e .
 NPUOPS="$VENV/bin/npuops"
 
 echo "== npuops node"
@@ -92,3 +100,4 @@ echo "== npuops stop demo"
 wait "$LAUNCH"
 echo
 echo "demo done; files in $WORK (npuops list: NPUOPS_STATE_DIR=$NPUOPS_STATE_DIR $ENGINE_NPUOPS list)"
+echo "the tests: scripts/test.sh (adds the test tools to $VENV; --fast for the quick tier)"

@@ -55,9 +55,10 @@ flock 9
 
 start=$(date +%s)
 # pip's output to stderr, less the warnings this machine's pip config causes for every package it looks up
-# (extra local indexes that hold only some packages); pip's own exit status is kept (pipefail).
+# (extra local indexes that hold only some packages) and setuptools' box about editable installs
+# (PYTHONWARNINGS reaches the build backend); pip's own exit status is kept (pipefail).
 pip_q() {
-  "$VPY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
+  PYTHONWARNINGS=ignore "$VPY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
     | { grep -v 'is ignored: it is neither a file nor a directory' || true; } >&2
 }
 

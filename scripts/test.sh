@@ -51,8 +51,8 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e '.[test]'
+PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
 
 # The real vLLM engine (CPU build) for the end-to-end tests, in its own venv outside the repo.
 # NPUOPS_REQUIRE_ENGINE=1 turns a missing engine into a test error, so these tests cannot silently skip; the
