@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from npuops.doctor.common import skip_without_npus
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 
@@ -148,6 +149,8 @@ class ThreadLimits(Check):
     def run(self, ctx: CheckContext) -> Result:
         env = ctx.service_env()
         values = {name: env.get(name) for name in THREAD_LIMITS}
+        if not ctx.node.has_npus:
+            return self._cpu_engine(ctx, values)
         bad = [name for name, value in values.items() if not _positive_int(value)]
         if bad:
             unset = [n for n in bad if values[n] is None]
@@ -157,6 +160,21 @@ class ThreadLimits(Check):
             return Result.warn(f"{what} in {_where(ctx)}: every rank's OpenMP/OpenBLAS pool then takes all cores",
                                _how_to_set(ctx, assignments), env_source=ctx.env_source, **values)
         return Result.passed(", ".join(f"{n}={v}" for n, v in values.items()), env_source=ctx.env_source, **values)
+
+    @staticmethod
+    def _cpu_engine(ctx: CheckContext, values: dict[str, str | None]) -> Result:
+        """Without an NPU the engine here is vLLM's CPU engine, whose OpenMP threads do the model's math: the
+        NPU host's one-thread limit would leave it one core. vLLM sizes and binds the pool itself
+        (VLLM_CPU_OMP_THREADS_BIND; `npuops launch --hardware cpu` gives each replica its cores)."""
+        omp = values.get("OMP_NUM_THREADS")
+        evidence = {"env_source": ctx.env_source, "engine": "cpu", **values}
+        if omp is not None and omp.strip() == "1":
+            return Result.warn(f"OMP_NUM_THREADS=1 in {_where(ctx)}: on this host without an NPU the vLLM CPU "
+                               "engine's matrix math gets one thread", "unset OMP_NUM_THREADS for the CPU engine "
+                               "(vLLM binds its OpenMP threads to the cores in VLLM_CPU_OMP_THREADS_BIND); the "
+                               "one-thread limit is for NPU hosts", **evidence)
+        return Result.passed("no NPU here: the vLLM CPU engine sizes and binds its own OpenMP threads "
+                             "(VLLM_CPU_OMP_THREADS_BIND)", **evidence)
 
 
 class LaunchBlockingGraph(Check):
@@ -213,6 +231,9 @@ class AllocConf(Check):
     tags = ("gate-npu",)
 
     def run(self, ctx: CheckContext) -> Result:
+        skipped = skip_without_npus(ctx)  # only torch_npu's allocator reads it
+        if skipped is not None:
+            return skipped
         env: Mapping[str, str] = ctx.service_env()
         value = env.get("PYTORCH_NPU_ALLOC_CONF")
         evidence: dict[str, Any] = {"PYTORCH_NPU_ALLOC_CONF": value, "env_source": ctx.env_source}

@@ -34,6 +34,21 @@ def _problem(status: InstanceStatus) -> str | None:
     return f"{status.name}: {'; '.join(problems)}" if problems else None
 
 
+def _fix(status: InstanceStatus) -> str:
+    """The next step for one instance, by name and by how it runs (a unit, or a foreground supervisor). Pure."""
+    name = status.name
+    stopped = status.state in ("stopped", "stopping")
+    if status.manager == "systemd":
+        if stopped:
+            return f"`systemctl start {status.unit}` if it should serve"
+        group = (f"; `npuops status {name} -i INVENTORY --group GROUP` shows every host's part"
+                 if status.cluster is not None else "")
+        return f"`npuops status {name}` and `npuops logs {name}` say why{group}"
+    if stopped:
+        return f"launch {name} again (`npuops launch ... --name {name} --foreground`), or `npuops remove {name}`"
+    return f"`npuops logs {name}` says why; launch it again, or `npuops remove {name}`"
+
+
 class InstancesHealthy(Check):
     """The vLLM instances launched on this node are running, and a multi-node instance has all its nodes."""
 
@@ -55,15 +70,13 @@ class InstancesHealthy(Check):
         manager = service_manager(settings)
         statuses = [instance_status(r, manager, metrics_interval_s=0) for r in records]
         states = {s.name: s.state for s in statuses}
-        problems = [p for s in statuses if (p := _problem(s))]
-        if problems:
-            return Result.fail("; ".join(problems),
-                               "see `npuops status NAME` (and `npuops logs NAME`) on this host; for a multi-node "
-                               "instance `npuops status NAME -i INVENTORY --group GROUP` shows every host's part",
-                               instances=states)
-        stopped = [name for name, state in states.items() if state in ("stopped", "stopping")]
+        failing = [s for s in statuses if _problem(s)]
+        if failing:
+            return Result.fail("; ".join(str(_problem(s)) for s in failing),
+                               "; ".join(f"{s.name}: {_fix(s)}" for s in failing), instances=states)
+        stopped = [s for s in statuses if s.state in ("stopped", "stopping")]
         if stopped:
-            return Result.warn(f"stopped: {', '.join(stopped)}",
-                               "start them with `systemctl start npuops-NAME` if they should serve", instances=states)
+            return Result.warn(f"stopped: {', '.join(s.name for s in stopped)}",
+                               "; ".join(f"{s.name}: {_fix(s)}" for s in stopped), instances=states)
         return Result.passed(f"{len(statuses)} instance(s) running: "
                              + ", ".join(f"{n} {s}" for n, s in states.items()), instances=states)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,18 @@ def test_node_of_the_fleet_over_ansible(tmp_path: Path) -> None:
     assert bad.returncode == 3 and "inventory" in bad.stderr and "Traceback" not in bad.stderr
     both = npuops("node", "-i", str(tmp_path / "x"), "--host", "localhost")
     assert both.returncode == 2
+
+
+def test_doctor_on_this_machine_says_once_why_the_npu_checks_skip() -> None:
+    text = npuops("doctor", env={"COLUMNS": "200"}).stdout  # wider than 100 asks for: still 100
+    assert all(len(line) <= 100 for line in text.splitlines()), max(text.splitlines(), key=len)
+    assert text.startswith("no NPU on this node (no `npu-smi` on PATH;")
+    assert text.count("no `npu-smi` on PATH") == 1 and "no NPU visible" not in text
+    report = json.loads(npuops("doctor", "--json").stdout)
+    skipped = [c["id"] for c in report["checks"] if c["status"] == "skip" and "no_npu" in c.get("evidence", {})]
+    assert {"chip-health", "hbm-free", "alloc-conf"} <= set(skipped)
+    for check_id in skipped:  # each named once, on its area's one "no NPU" line
+        assert len(re.findall(rf"(?<![\w-]){check_id}(?![\w-])", text)) == 1, check_id
+    assert f"the {len(skipped)} checks that need one are skipped" in " ".join(text.split())
+    # The CPU engine's thread advice, not the NPU host's OMP_NUM_THREADS=1.
+    assert "export OMP_NUM_THREADS=1" not in text

@@ -14,4 +14,6 @@ def skip_without_npus(ctx: CheckContext) -> Result | None:
     if node.has_npus:
         return None
     reasons = "; ".join(node.no_npu_reasons()) or "npu-smi listed no chips"
-    return Result.skip(f"no NPU visible on this node ({reasons})", NO_NPU_FIX, npu_smi_error=node.npu_smi.error_code)
+    # `no_npu` marks the skip for the text report, which says why once rather than on every such check.
+    return Result.skip(f"no NPU visible on this node ({reasons})", NO_NPU_FIX, npu_smi_error=node.npu_smi.error_code,
+                       no_npu=reasons)

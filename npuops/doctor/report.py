@@ -11,21 +11,37 @@ from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from npuops.doctor.model import Status
 from npuops.doctor.runner import DoctorReport
 from npuops.hardware.node import Chip, Node
+from npuops.textout import wrapped
 
 _MARK = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
 
 
+_ID_WIDTH = 28
+_LEAD = " " * (2 + 5 + 2)  # continuation lines and fixes, under the check's id: the text keeps the width
+
+
 def render_report_text(report: DoctorReport, verbose: bool = False) -> str:
+    """By area, failures first, each message and fix wrapped to the terminal (at most 100 columns). The checks
+    skipped because the node shows no NPU are one line per area; why there is none is said once, on top."""
     lines: list[str] = []
-    area = None
-    for o in report.sorted_outcomes():
-        if o.area != area:
-            area = o.area
-            lines.append(f"\n{area}")
-        r = o.result
-        lines.append(f"  {_MARK[r.status]:<5}  {o.check_id:<28} {r.message}")
-        if r.status is not Status.PASS and r.remediation and (r.status is not Status.SKIP or verbose):
-            lines.append(f"  {'':<5}  {'':<28} fix: {r.remediation}")
+    outcomes = report.sorted_outcomes()
+    no_npu = [o for o in outcomes if o.result.status is Status.SKIP and "no_npu" in o.result.evidence]
+    if no_npu:
+        lines.append(wrapped(f"no NPU on this node ({no_npu[0].result.evidence['no_npu']}): the {len(no_npu)} "
+                             f"checks that need one are skipped; {no_npu[0].result.remediation}", ""))
+    areas = list(dict.fromkeys(o.area for o in outcomes))
+    for area in areas:
+        lines.append(f"\n{area}")
+        for o in outcomes:
+            if o.area != area or o in no_npu:
+                continue
+            r = o.result
+            lines.append(wrapped(r.message, f"  {_MARK[r.status]:<5}  {o.check_id:<{_ID_WIDTH}} ", _LEAD))
+            if r.status is not Status.PASS and r.remediation and (r.status is not Status.SKIP or verbose):
+                lines.append(wrapped(f"fix: {r.remediation}", _LEAD))
+        skipped = [o.check_id for o in no_npu if o.area == area]
+        if skipped:
+            lines.append(wrapped(f"{', '.join(skipped)}: no NPU", f"  {_MARK[Status.SKIP]:<5}  ", _LEAD))
     counts = report.counts()
     verdict = "OK" if report.ok else "FAILED"
     summary = ", ".join(f"{counts[s.value]} {s.value}" for s in sorted(Status, key=lambda s: s.rank) if counts[s.value])

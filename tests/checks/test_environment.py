@@ -26,7 +26,7 @@ DRIVER = "/usr/local/Ascend/driver"
 ATB = "/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_1"
 
 # What `source ascend-toolkit/set_env.sh; source nnal/atb/set_env.sh` exports, rendered for systemd, with the
-# thread limits and the allocator setting of vllm-ascend's CI (ascend-facts §5).
+# thread limits and the allocator setting of vllm-ascend's tutorials and CI configs.
 GOOD_ENV = f"""# rendered by npuops launch
 ASCEND_TOOLKIT_HOME="{TOOLKIT}"
 ASCEND_HOME_PATH="{TOOLKIT}"
@@ -56,13 +56,18 @@ def ascend_tree(root: Path, *, nnal: bool = True) -> None:
     (root / "usr/local/Ascend/driver/lib64/common").mkdir(parents=True)
 
 
+# The env checks judge an NPU host's service environment: a node whose npu-smi lists chips (a recorded A3).
+NPU_SMI_INFO = capture("npu-smi-info_a3-ascend910-2chip_1.txt")
+
+
 def env_context(root: Path, tmp_path: Path, env_text: str | None, *, environ: dict[str, str] | None = None,
-                graph_mode: bool = True) -> CheckContext:
+                graph_mode: bool = True, npus: bool = True) -> CheckContext:
     env_file = None
     if env_text is not None:
         env_file = tmp_path / "env"
         env_file.write_text(env_text, encoding="utf-8")
-    probe = Probe(Settings(root=root, environ=environ or {}), runner=FakeRunner(passthrough_python=False),
+    answers = {("npu-smi", "info"): (0, NPU_SMI_INFO, "")} if npus else {}
+    probe = Probe(Settings(root=root, environ=environ or {}), runner=FakeRunner(answers, passthrough_python=False),
                   machine=lambda: "x86_64")
     return CheckContext(probe, DoctorOptions(env_file=env_file, graph_mode=graph_mode))
 
@@ -227,6 +232,23 @@ def test_thread_limits_in_the_current_environment(fake_root: Path, tmp_path: Pat
     result = ThreadLimits().run(env_context(fake_root, tmp_path, None, environ={"OMP_NUM_THREADS": "4"}))
     assert result.status is Status.WARN and result.evidence["OPENBLAS_NUM_THREADS"] is None
     assert (result.remediation or "").startswith("export OPENBLAS_NUM_THREADS=1")
+
+
+def test_thread_limits_on_a_host_without_npus_give_the_cpu_engines_advice(fake_root: Path, tmp_path: Path) -> None:
+    """The vLLM CPU engine's OpenMP threads do the model's math: the NPU host's OMP_NUM_THREADS=1 would cripple it."""
+    crippled = ThreadLimits().run(env_context(fake_root, tmp_path, None, environ={"OMP_NUM_THREADS": "1"}, npus=False))
+    assert crippled.status is Status.WARN and crippled.evidence["engine"] == "cpu"
+    assert "vLLM CPU engine's matrix math gets one thread" in crippled.message
+    assert (crippled.remediation or "").startswith("unset OMP_NUM_THREADS for the CPU engine")
+    assert "export OMP_NUM_THREADS=1" not in (crippled.remediation or "")
+    for environ in ({}, {"OMP_NUM_THREADS": "8"}):
+        fine = ThreadLimits().run(env_context(fake_root, tmp_path, None, environ=environ, npus=False))
+        assert fine.status is Status.PASS and "VLLM_CPU_OMP_THREADS_BIND" in fine.message, environ
+
+
+def test_alloc_conf_skips_without_npus(fake_root: Path, tmp_path: Path) -> None:
+    result = AllocConf().run(env_context(fake_root, tmp_path, None, npus=False))
+    assert result.status is Status.SKIP and result.message.startswith("no NPU")
 
 
 # --- launch-blocking-graph ---------------------------------------------------------------------------------------

@@ -37,3 +37,23 @@ def status(state: str, **extra: Any) -> dict[str, Any]:
 ])
 def test_problem(document: dict[str, Any], expected: str | None) -> None:
     assert _problem(InstanceStatus.from_json(document)) == expected
+
+
+@pytest.mark.parametrize(("document", "expected"), [
+    (status("stopped", manager="systemd", unit="npuops-qwen.service"),
+     "`systemctl start npuops-qwen.service` if it should serve"),
+    (status("failed", manager="systemd", unit="npuops-qwen.service"),
+     "`npuops status qwen` and `npuops logs qwen` say why"),
+    (status("failed", manager="systemd", unit="npuops-qwen.service", cluster={"strategy": "ray"}),
+     "`npuops status qwen` and `npuops logs qwen` say why; `npuops status qwen -i INVENTORY --group GROUP` "
+     "shows every host's part"),
+    # A foreground run on a machine without systemd: no unit to start.
+    (status("stopped", manager="foreground"),
+     "launch qwen again (`npuops launch ... --name qwen --foreground`), or `npuops remove qwen`"),
+    (status("failed", manager="foreground"), "`npuops logs qwen` says why; launch it again, or `npuops remove qwen`"),
+])
+def test_the_fix_names_the_instance_and_how_it_runs(document: dict[str, Any], expected: str) -> None:
+    from npuops.checks.instances import _fix
+
+    fix = _fix(InstanceStatus.from_json(document))
+    assert fix == expected and "NAME" not in fix
