@@ -1,6 +1,6 @@
 """Check ids and tags: the model holds tags to its vocabulary, and every check id npuops names anywhere (a remediation's
-`npuops doctor --only ...`, an `--explain ID`, a "gate:<id>" diagnosis, a docs path, a playbook's argv, the README)
-is the id of a check that exists."""
+`npuops doctor --only ...`, an `--explain ID`, a "gate:<id>" diagnosis, a docs path, a playbook's argv, the README,
+the pages of docs/ and the examples) is the id of a check that exists."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ NAMED_ID_PATTERNS = (
     re.compile(rf"\bgate:({_ID}){_END}"),
     re.compile(rf"\bchecks/docs/({_ID})\.md\b"),
 )
-# What npuops ships or runs: its code, its data, the check pages, the templates and playbooks, scripts, the README.
-SCANNED = ("npuops", "checks", "templates", "playbooks", "scripts")
+# What npuops ships or runs, and what documents it: its code, its data, the check pages, the templates and playbooks,
+# scripts, the README, docs/ and examples/.
+SCANNED = ("npuops", "checks", "templates", "playbooks", "scripts", "docs", "examples")
 SCANNED_SUFFIXES = {".py", ".toml", ".md", ".yml", ".yaml", ".j2", ".sh", ".json", ".cfg", ".service"}
 
 
@@ -82,6 +83,7 @@ def test_every_check_id_npuops_names_exists() -> None:
     assert "npuops/data/failure_signatures.toml" in named["hccn-net-health"]
     assert "playbooks/launch-group.yml" in named["host-peer-reach"]
     assert "npuops/doctor/common.py" in named["npu-smi-runs"]
+    assert "docs/doctor.md" in named["hbm-free"]
 
 
 def test_every_tag_selects_a_check_and_verify_exactly_one() -> None:
