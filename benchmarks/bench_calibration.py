@@ -1,4 +1,4 @@
-"""The founding document's experiment and the calibration, measured on this machine with the vLLM CPU engine.
+"""The experiment of claim 1 in docs/claims.md and the calibration, measured on this machine with the vLLM CPU engine.
 
 Run: `python benchmarks/bench_calibration.py [--models tiny,small]` (root not needed; NPUOPS_ENGINE_PYTHON or the
 engine venv of scripts/engine-venv.sh). For each locally made model (the tiny demo model, and a larger one of a
@@ -6,7 +6,7 @@ few hundred MB: `python -m npuops.demo_model DEST --size small`) it launches an 
 `npuops launch --foreground` and then, one after another in the same run:
 
 1. `npuops bench NAME --baseline transformers` at workload A: vLLM's figures, plain PyTorch's (transformers
-   generate, static batches of the same size) on the same prompts, and vLLM/plain beside the document's 1.7x / -40%;
+   generate, static batches of the same size) on the same prompts, and vLLM/plain beside the claim's 1.7x / -40%;
    this bench also calibrates the node;
 2. `npuops bench NAME --no-calibrate` at workload A again, and 3. at workload B (other lengths and concurrency):
    each report holds the uncalibrated prediction ("before") and the calibrated one ("after", from step 1's bench)
@@ -108,8 +108,8 @@ def print_model(result: dict[str, Any]) -> None:
         print(f"  {label} {figures['output_throughput']:8.1f} output tok/s, end-to-end "
               f"{figures['latency']['e2el']['median_ms']:.1f} ms median {how}")
     reduction = ratios["e2el_reduction"]
-    print(f"  vLLM/plain: throughput x{ratios['output_throughput_ratio']:.2f} (document: x1.7), end-to-end latency "
-          f"{-100 * reduction:+.0f}% (document: -40%)")
+    print(f"  vLLM/plain: throughput x{ratios['output_throughput_ratio']:.2f}, end-to-end latency "
+          f"{-100 * reduction:+.0f}%; the claim tested (docs/claims.md): x1.7, -40%")
     # Two benches of the same load on the same instance: how far the machine moves a measurement by itself, the
     # floor under any prediction's error.
     noise = ", ".join(f"{m} {abs(measured_of(result['again'], m) / measured_of(result['first'], m) - 1) * 100:.0f}%"

@@ -1,5 +1,6 @@
-"""Predicted versus published: the performance model of `npuops plan` against every anchor in perf-anchors.md
-(ANCHORS, C1-C10), then against published speculative and quantized configurations (SPEC_QUANT_ANCHORS, S-rows).
+"""Predicted versus published: the performance model of `npuops plan` against every published anchor (ANCHORS,
+C1-C10, each with its source above the table), then against published speculative and quantized configurations
+(SPEC_QUANT_ANCHORS, S-rows).
 
 Run: `python benchmarks/calibration.py` (from the repository root). Each anchor is planned with make_plan on the
 published hardware, parallel size and vllm-ascend release (and the source's graph mode, draft model, quantization
@@ -77,6 +78,10 @@ class Anchor:
     expert_parallel_size: int | None = None
 
 
+# Sources: C1-C4 GPUStack's performance lab, github.com/gpustack/gpustack docs/performance-lab/qwen3-8b/910b.md;
+# C5 the same lab's docs/performance-lab/qwen3-30b-a3b/910b.md; C6 vllm-ascend issue #6966 (the CPU binding RFC:
+# TTFT 71.7 ms, TPOT 9.90 ms with binding, 11.78 ms without); C7 issue #904 and PR #878; C8 issue #776; C9 issue
+# #2328; C10 issue #4120 (all github.com/vllm-project/vllm-ascend).
 ANCHORS: tuple[Anchor, ...] = (
     Anchor(
         "C1",
@@ -357,10 +362,10 @@ def _draft(name: str | None) -> ModelSpec | None:
 # S6 PR #1353 (commit 0fc9b56d, its "Before Improvement" run); S7 PR #9008 (commit b2bee9a4); S9 issue #2514;
 # S10 issue #16637; S22 PR #7265 (commit c52a93c6); S23 commit 92616f3a (PR #13946) (all
 # github.com/vllm-project/vllm-ascend). S10's issue is newer than the stored corpora (which end near #14760,
-# 2026-08): its figures are as first read, not re-read since. The research notes behind the selection, with the rows
-# not placed: /work/notes/anchors-research.md, hybrid-anchors.md (S22, S23) and ep-anchors.md (S6's expert layout,
-# the EP sweeps). The speculative and quantized rows of vllm-ascend's nightly CI configs (tests/e2e/nightly/...) are
-# deliberately not used: they are kept aside to score the model.
+# 2026-08): its figures are as first read, not re-read since. The rows considered and not placed (and S6's expert
+# layout, the EP sweeps) were worked out in notes that are not part of this repository. The speculative and
+# quantized rows of vllm-ascend's nightly CI configs (tests/e2e/nightly/...) are deliberately not used: they are kept
+# aside to score the model.
 SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
     *_s1("a", "GSM8K", 1, 67, 1570, (55.5, 18.0), (35.7, 28.5), 0.311),
     *_s1("b", "HumanEval", 1, 150, 2700, (55.1, 18.1), (37.9, 26.3), 0.270),

@@ -1,9 +1,10 @@
 """CANN: the toolkit, the kernels/ops package for the chip, NNAL, and a driver new enough for them.
 
 All four read files the node model already found (`node.cann`, `node.driver`); the driver table is
-npuops/data/compat.toml `cann_min_driver` (ascend-facts §4). Both layouts are handled: up to CANN 8.3 everything
-sits under /usr/local/Ascend/ascend-toolkit/latest (kernels recorded as `opp_kernel` in version.cfg), from 8.5
-under /usr/local/Ascend/cann (the ops package writes ascend_ops_install.info).
+npuops/data/compat.toml `cann_min_driver` (Huawei's ascend-deployer, downloader/software/CANN_*.json).
+Both layouts are handled: up to CANN 8.3 everything sits under /usr/local/Ascend/ascend-toolkit/latest
+(kernels recorded as `opp_kernel` in version.cfg), from 8.5 under /usr/local/Ascend/cann (the ops package writes
+ascend_ops_install.info).
 
 Only cann-toolkit fails when CANN is missing; the other three compare something with CANN and skip, naming
 cann-toolkit, so an operator sees one failure with one fix instead of four.
@@ -293,7 +294,7 @@ class DriverCannCompat(Check):
             return Result.warn(f"npuops' compat table has no row for CANN {toolkit.version} (its oldest row is "
                                f"{oldest}): the driver it needs is unknown",
                                "check the CANN release notes for its driver, or move to a CANN release in the "
-                               f"table ({', '.join(table)}; ascend-facts §4)", table=table, **evidence)
+                               f"table ({', '.join(table)}; ascend-deployer's CANN_*.json)", table=table, **evidence)
         row_cann, min_driver = row
         evidence.update({"row": row_cann, "min_driver": min_driver})
         nearest = "" if same_version(row_cann, toolkit.version or "") else f" (by the row for CANN {row_cann})"

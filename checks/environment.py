@@ -1,7 +1,8 @@
 """Environment of the service: the variables a launch renders into its env file (or the current environment).
 
 systemd does not source the CANN set_env.sh scripts, so everything they export has to be in the unit's
-EnvironmentFile (ascend-facts §2); the rest are the settings vllm-ascend expects or forbids (ascend-facts §5).
+EnvironmentFile (systemd.exec(5): a unit reads no shell profile); the rest are the settings vllm-ascend
+expects or forbids (vllm-ascend's Optimization and Tuning guide and tutorials).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from npuops.doctor.common import skip_without_npus
 from npuops.doctor.context import CheckContext
 from npuops.doctor.model import Check, Result, Severity
 
-# The seed document's fix for thread conflicts; vllm-ascend's CI runs with OMP_NUM_THREADS=1 too (ascend-facts §5).
+# The fix for thread conflicts npuops tests (docs/claims.md, claim 6); vllm-ascend's tutorials and CI configs run
+# with OMP_NUM_THREADS=1 too.
 THREAD_LIMITS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 RECOMMENDED_ALLOC_CONF = "expandable_segments:True"
 

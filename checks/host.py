@@ -1,7 +1,8 @@
 """Host: CPUs for the NPUs, kernel tunables, shared memory, memory and disk for the model, the open-file limit.
 
-The tunables are the ones vllm-ascend's tuning guide sets (ascend-facts §5); /proc and /sys are read through
-the probe, so tests point Settings.root at a prepared tree.
+The tunables are the ones vllm-ascend's tuning guide sets
+(docs/source/developer_guide/performance_and_debug/optimization_and_tuning.md in vllm-ascend); /proc and /sys are
+read through the probe, so tests point Settings.root at a prepared tree.
 """
 
 from __future__ import annotations

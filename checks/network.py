@@ -1,9 +1,9 @@
 """Network for multi-node serving: the NPU NICs (RoCE ports on the chips) are up, healthy and addressed.
 
 HCCL moves tensors between nodes over these NICs, not over the host's network; a NIC that is down or has no
-address shows up as `EI0006 Getting socket times out` or a TCPStore timeout minutes into a launch (ascend-facts
-§5, §6 no. 11). Single-node inference never touches them, which is why these checks are level 2 and skip when
-`hccn_tool` is absent. 310P cards have no NPU NICs.
+address shows up as `EI0006 Getting socket times out` or a TCPStore timeout minutes into a launch (vllm-ascend's
+multi-node tutorial features/ray.md; vllm-ascend #486). Single-node inference never touches them, which is
+why these checks are level 2 and skip when `hccn_tool` is absent. 310P cards have no NPU NICs.
 
 With `--peers` (the other hosts of a serving group; the fleet doctor passes them) two more look between hosts: each
 NPU NIC pings the same device's NIC on every peer, and the host interface HCCL and Gloo use reaches every peer's

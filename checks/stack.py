@@ -1,9 +1,10 @@
 """Python stack: torch, torch_npu, vllm, vllm-ascend and triton-ascend form one compatible row, and torch_npu imports.
 
-The rows and tables are npuops/data/compat.toml (ascend-facts §4). Versions come from distribution metadata
+The rows and tables are npuops/data/compat.toml (ascend-deployer, Ascend/pytorch, vllm-ascend
+versioning_policy.md; docs/sources.md). Versions come from distribution metadata
 (`node.python_stack`); only `torch-npu-import` actually imports anything, in a subprocess of the stack's
 interpreter with the service's environment, because a failed torch_npu import can take the importing process
-down with it (testing-recipes.md "torch_npu without CANN").
+down with it ("Failed to load the backend extension: torch_npu", vllm-ascend #1440).
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ class StackRowCheck(Check):
 
     @staticmethod
     def _torch_pair_ok(versions: Mapping[str, str | None]) -> bool:
-        """torch_npu X.Y.Z requires torch X.Y.Z exactly (ascend-facts §4)."""
+        """torch_npu X.Y.Z requires torch X.Y.Z exactly (the Ascend/pytorch README)."""
         torch, npu = versions.get("torch"), versions.get("torch_npu")
         if npu is None:
             return True
@@ -400,7 +401,7 @@ print(json.dumps(out))
 # systemd starts a unit with this PATH when the unit's environment does not set one.
 SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# vllm-ascend's soc-version ranges (vllm_ascend/utils.py, ascend-facts §1).
+# vllm-ascend's soc-version ranges (vllm_ascend/utils.py, now vllm_ascend/device/hardware.py).
 def family_of_soc(soc_version: int) -> str | None:
     if 220 <= soc_version <= 225:
         return "A2"

@@ -2,7 +2,9 @@
 
 Pure functions over the text a failed import printed; shared by the doctor's `torch-npu-import` check and the
 supervisor's diagnosis of a dead engine (npuops/service/diagnosis.py). The cases are the real messages of
-ascend-facts §6 (nos. 1-4, 6) and testing-recipes.md "torch_npu without CANN".
+vllm-ascend issues #262, #1440, #152, #117 and #11160, and of torch_npu installed without CANN: `ImportError:
+libhccl.so` (as #262 shows) and `Failed to load the backend extension: torch_npu` (as #1440 shows), both also
+captured on the test machines.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _line_with(text: str, needle: str) -> str:
 def classify_import_failure(output: str, env_source: str = "the service's environment") -> ImportFailure:
     """Classify the output of a failed torch_npu import. Pure; the most specific cause wins.
 
-    The cases are the real messages of ascend-facts §6 (nos. 1-4, 6) and testing-recipes.md: a missing
+    The cases are the real messages the module docstring cites: a missing
     libhccl.so/libascendcl.so or "Failed to infer device type" (CANN not sourced), libascend_hal.so (driver
     libraries), libatb.so (NNAL), `undefined symbol` (packages from different rows) and the vllm-ascend
     device-type assertion (an A2-only wheel on A3/310P).

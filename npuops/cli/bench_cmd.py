@@ -27,7 +27,7 @@ from npuops.plan.inputs import Workload
                    "new to the instance's prefix cache; the report keeps it].")
 @click.option("--baseline", type=click.Choice(["transformers"]),
               help="Also run the same prompts through plain PyTorch (transformers generate, static batches) and "
-                   "print vLLM/plain beside the founding document's 1.7x / -40%.")
+                   "print vLLM/plain beside the claim tested (docs/claims.md): 1.7x / -40%.")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path),
               help="With a URL: the served model's directory (its tokenizer).")
 @click.option("--served-model-name", help="With a URL: the model name the endpoint serves [default: --model's name].")

@@ -51,7 +51,8 @@ def render_report_text(report: DoctorReport, verbose: bool = False) -> str:
 
 # npuops_check_status values: a gauge per check, so alerts can say `== 2` (fail) without string labels.
 STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3, Status.SKIP: -1}
-# npu-exporter's health encoding: 1 healthy, 0 not (ascend-facts §7 names; MindCluster npu-exporter).
+# npu-exporter's health encoding: 1 healthy, 0 not (MindCluster npu-exporter's metric names,
+# github.com/Ascend/mind-cluster).
 _HEALTHY = {"OK"}
 # npu-exporter's per-chip gauges and their labels: the name, its help, the chip's value (None: not reported).
 _CHIP_LABELS = ("id", "model_name", "pcie_bus_info")

@@ -1,10 +1,11 @@
 """The NPU parameter-plane network of a fleet, from its inventory: every NPU port's address, netmask, gateway and
 detect address, validated with the chip family's rules before any host is touched.
 
-A fresh Atlas cluster cannot run a multi-node job until each NPU's own RoCE port has an address (ascend-facts.md §5,
-the NPU NICs). The inventory is the one source of these addresses: the provisioning role `npu_network` sets them
-(`npuops provision --tags npu-network`), and the fleet doctor's network checks and a multi-node launch read the
-same plan (`npu_ips_of`), so what is set and what is probed are the same addresses.
+A fresh Atlas cluster cannot run a multi-node job until each NPU's own RoCE port has an address (vllm-ascend's
+multi-node tutorial, docs/source/tutorials/features/ray.md, checks them with hccn_tool first). The inventory is the
+one source of these addresses: the provisioning role `npu_network` sets them (`npuops provision --tags npu-network`),
+and the fleet doctor's network checks and a multi-node launch read the same plan (`npu_ips_of`), so what is set and
+what is probed are the same addresses.
 
 Per host (or group), either every port's address or one base address and a rule:
 

@@ -16,7 +16,8 @@ from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
 from npuops.wire import WireObject
 
-# The device nodes a serving process needs besides one /dev/davinciN per chip (ascend-facts §1).
+# The device nodes a serving process needs besides one /dev/davinciN per chip (vllm-ascend's container commands,
+# e.g. docs/source/tutorials/features/ray.md: --device /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc).
 CONTROL_DEVICE_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 
 

@@ -1,6 +1,7 @@
 """Versions of the serving stack (torch, torch_npu, vllm, vllm-ascend, triton-ascend) by metadata, never by import.
 
-Importing torch_npu without CANN fails or even breaks `import torch` (testing-recipes.md), and takes
+Importing torch_npu without CANN fails or even breaks `import torch` ("Failed to load the backend extension:
+torch_npu", vllm-ascend #1440; seen on the test machines with torch-npu 2.13.0), and takes
 seconds; distribution metadata answers in milliseconds. The stack may live in another interpreter
 (the provisioned venv), so the lookup runs in that interpreter as a tiny script.
 """

@@ -69,8 +69,9 @@ def _buckets(samples: Sequence[Sample], name: str) -> list[tuple[float, float]]:
 
 def engine_figures(now: Sequence[Sample], before: Sequence[Sample] | None = None,
                    interval_s: float = 0.0) -> dict[str, Any]:
-    """The live figures from vLLM's /metrics (testing-recipes.md lists the families). With an earlier scrape
-    `interval_s` before, token throughput is a rate over that interval; percentiles are over the engine's life."""
+    """The live figures from vLLM's /metrics (vLLM's Production Metrics page,
+    docs.vllm.ai/en/v0.32.0/usage/metrics/, lists the families). With an earlier scrape `interval_s` before,
+    token throughput is a rate over that interval; percentiles are over the engine's life."""
     figures: dict[str, Any] = {
         "requests_running": _sum(now, "vllm:num_requests_running"),
         "requests_waiting": _sum(now, "vllm:num_requests_waiting"),

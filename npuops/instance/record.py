@@ -150,7 +150,7 @@ class InstanceRecord:
     def health_path(self) -> str:
         """Where this part says it is alive. vllm-router 0.1.17's /health answers 503 ("Unhealthy servers: [...]")
         as soon as its health checker takes one replica out, while it goes on serving the others; its /liveness
-        answers 200 while the router itself serves (measured, README "One endpoint per model"). A router is judged
+        answers 200 while the router itself serves (measured, docs/router.md). A router is judged
         by /liveness, so neither its watchdog nor status takes a restarting replica for a dead router."""
         return "/liveness" if self.is_router else "/health"
 

@@ -42,7 +42,7 @@ from npuops.settings import DEFAULT_VENV
 SERVICE_USER = "npuops"
 # What a router unit's supervisor runs with the serving venv's interpreter (npuops is installed there too).
 ROUTER_MODULE = "npuops.service.router_process"
-# The driver's group: members may open /dev/davinci* (ascend-facts §3: provisioning creates it).
+# The driver's group: members may open /dev/davinci* (provisioning creates it, as Huawei's ascend-deployer does).
 # Weight loading reads at a few hundred MB/s from local disk on Atlas servers; graph capture adds minutes.
 _LOAD_BYTES_PER_S = 200 * 1024 * 1024
 _BASE_START_S = 300

@@ -106,7 +106,7 @@ def ray_runtime_directory(name: str) -> str:
 
 
 def host_environment(host: ClusterHost, *, ray: bool) -> dict[str, str]:
-    """The per-host variables HCCL, Gloo and vLLM need to find each other (ascend-facts §5)."""
+    """The per-host variables HCCL, Gloo and vLLM need to find each other (vllm-ascend tutorial features/ray.md)."""
     env = {
         "HCCL_IF_IP": host.address,
         "VLLM_HOST_IP": host.address,

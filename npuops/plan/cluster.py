@@ -1,6 +1,7 @@
 """Multi-node serving: which of vLLM's two multi-node engines a plan uses, and what each node runs.
 
-Two ways to spread one model over several Ascend nodes (ascend-facts §5):
+Two ways to spread one model over several Ascend nodes (vllm-ascend tutorials: features/ray.md for Ray, the
+multi-node data-parallel tutorials for the other):
 
 - **ray**: tensor parallel inside a node and pipeline parallel across nodes, one `vllm serve ...
   --distributed-executor-backend ray` on the head driving Ray workers on every node. For dense models too big

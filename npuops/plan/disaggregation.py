@@ -6,7 +6,7 @@ arriving lengthens every running request's next token; disaggregated, the decode
 lockstep step) and the prefill pool only prefills (sized for `max_num_batched_tokens`, few sequences), at the cost
 of moving each prompt's KV once and of each pool having only its share of the chips.
 
-On Ascend the connector is vllm-ascend's `MooncakeConnectorV1` (ascend-facts §9): each engine gets a
+On Ascend the connector is vllm-ascend's `MooncakeConnectorV1` (its PD tutorials): each engine gets a
 `kv_transfer_config` with its role, its `kv_port` and both pools' parallel sizes; its ranks listen on
 kv_port + dp_rank x tp x pp + device index (vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py), so
 the engines of one host get disjoint port ranges, all above Mooncake's AscendDirectTransport range
@@ -53,7 +53,8 @@ MOONCAKE_CONNECTOR = "MooncakeConnectorV1"
 EXAMPLE_CONNECTOR = "ExampleConnector"
 KV_PRODUCER = "kv_producer"
 KV_CONSUMER = "kv_consumer"
-# Mooncake's AscendDirectTransport listens from 20000, 1000 ports for each NPU of the host (ascend-facts §9).
+# Mooncake's AscendDirectTransport listens from 20000, 1000 ports for each NPU of the host (vllm-ascend tutorial
+# docs/source/tutorials/features/pd_disaggregation_mooncake_multi_node.md, the kv_port table).
 TRANSPORT_BASE_PORT = 20000
 TRANSPORT_PORTS_PER_NPU = 1000
 # HCCL's host-NIC socket ports: 60000 + 32 (CANN 8.5 envref_07_0074, HCCL_IF_BASE_PORT's default).
@@ -304,7 +305,7 @@ def _pd_environment(target: HardwareTarget, shared_host: bool) -> tuple[EnvSetti
         return ()
     settings = [EnvSetting("HCCL_INTRA_ROCE_ENABLE", "1",
                            "the prefill and decode engines share this host: their KV transfers must take the NPU "
-                           "RoCE ports Mooncake drives, not the intra-node links (ascend-facts §9)", None)
+                           "RoCE ports Mooncake drives, not the intra-node links (vllm-ascend's PD tutorials)", None)
                 ] if shared_host else []
     if target.family == "A3":
         settings.append(EnvSetting("ASCEND_A3_ENABLE", "1",

@@ -10,7 +10,8 @@ from typing import Any
 from npuops.datafiles import load_data_toml
 from npuops.errors import BadInputError
 
-# HCCL buffer (MB) for expert-parallel all-to-all; ascend-facts.md section 5 says 1024+ for MoE with EP.
+# HCCL buffer (MB) for expert-parallel all-to-all: 1024+ for MoE with EP (vllm-ascend's DeepSeek tutorials set
+# HCCL_BUFFSIZE=1024; vllm-ascend #2674: below it the MoE dispatch reports "HCCL_BUFFSIZE is too SMALL").
 MOE_EP_HCCL_BUFFSIZE_MB = 1024
 # HCCL's own default buffer per communication domain (CANN env reference, HCCL_BUFFSIZE).
 HCCL_DEFAULT_BUFFSIZE_MB = 200

@@ -1,8 +1,8 @@
 """Why each value of a plan is what it is: produced once, from the finished plan, in a fixed order.
 
 Every explanation reads only the plan (its options, decisions, memory and rules), so it cannot depend on the order
-the planner decided in. Where a value departs from the seed document's advice (TP=8, block 32, 4096 batched tokens,
-max_model_len 2048, float16, one OpenMP thread) its `seed` says how and why.
+the planner decided in. Where a value departs from the advice npuops tests (docs/claims.md: TP=8, block 32, 4096
+batched tokens, max_model_len 2048, float16, one OpenMP thread) its `seed` says how and why.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from npuops.plan.memory import max_concurrency
 from npuops.plan.quantization import kv_cache_schemes, schemes
 from npuops.plan.result import Explanation, Plan
 
-# The seed document's advice, which the explanations compare against.
+# The advice the explanations compare against: claims 2-7 of docs/claims.md.
 SEED = {"tensor_parallel_size": 8, "block_size": 32, "max_num_batched_tokens": 4096, "max_model_len": 2048,
         "dtype": "float16"}
 
@@ -57,22 +57,22 @@ def _tp_seed(plan: Plan) -> str:
     fits_one = weights < target.memory_bytes_per_device * 0.8
     if layout.tp == SEED["tensor_parallel_size"]:
         if not fits_one:
-            return "the seed's tensor_parallel_size=8 agrees here"
-        return (f"the seed's tensor_parallel_size=8 agrees for the latency objective only: {_gb(weights)} of weights "
-                f"fit one {_device_memory(plan)} chip, so for throughput {target.devices_per_node} independent TP=1 "
-                "replicas serve more requests than one TP=8 instance")
+            return "the tested advice's tensor_parallel_size=8 agrees here"
+        return (f"the tested advice's tensor_parallel_size=8 agrees for the latency objective only: "
+                f"{_gb(weights)} of weights fit one {_device_memory(plan)} chip, so for throughput "
+                f"{target.devices_per_node} independent TP=1 replicas serve more requests than one TP=8 instance")
     better = (f"{plan.replica_count} independent TP={layout.tp} replicas serve more requests" if plan.replica_count > 1
               else f"TP={layout.tp} is the better trade here")
-    return (f"the seed uses tensor_parallel_size=8: for {_gb(weights)} of weights on {target.devices_per_node} x "
-            f"{_device_memory(plan)} chips that leaves each chip {_gb(weights / 8)} of weights and mostly idle "
-            f"memory, and pays two all-reduces per layer on every token; {better}")
+    return (f"the tested advice uses tensor_parallel_size=8: for {_gb(weights)} of weights on "
+            f"{target.devices_per_node} x {_device_memory(plan)} chips that leaves each chip {_gb(weights / 8)} of "
+            f"weights and mostly idle memory, and pays two all-reduces per layer on every token; {better}")
 
 
 def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
     layout, target, arch, workload = plan.layout, plan.target, plan.model.arch, plan.workload
     if plan.rules.engine_per_host:
         yield Explanation("tensor_parallel_size", 1, "one CPU engine process on one NUMA node",
-                          "the seed's TP=8 is for an 8-NPU server; the CPU engine plan uses one process")
+                          "the tested advice's TP=8 is for an 8-NPU server; the CPU engine plan uses one process")
         yield Explanation("pipeline_parallel_size", 1, "the model fits one process")
         if plan.replica_count > 1:
             cores = [r.cpus for r in plan.replicas if r.cpus]
@@ -182,7 +182,7 @@ def _lengths(plan: Plan) -> Iterator[Explanation]:
         why = (f"headroom above the workload's {need} tokens, within the model's {arch.max_position_embeddings} "
                "positions; paged KV makes a longer limit cost nothing until used")
     seed = None if max_model_len == SEED["max_model_len"] else (
-        f"the seed uses max_model_len=2048; {max_model_len} "
+        f"the tested advice uses max_model_len=2048; {max_model_len} "
         + ("fits this workload and model" if max_model_len >= need else "is what fits"))
     yield Explanation("max_model_len", max_model_len, why, seed)
     batched = plan.server_int("max_num_batched_tokens")
@@ -195,7 +195,7 @@ def _lengths(plan: Plan) -> Iterator[Explanation]:
         bwhy = ("a prefill chunk that takes the workload's prompt in one step (low TTFT) without stalling running "
                 "decodes for long")
     yield Explanation("max_num_batched_tokens", batched, bwhy, None if batched == SEED["max_num_batched_tokens"]
-                      else f"the seed uses 4096; {batched} suits the {workload.objective} objective here")
+                      else f"the tested advice uses 4096; {batched} suits the {workload.objective} objective here")
 
 
 def _batching_and_memory(plan: Plan) -> Iterator[Explanation]:
@@ -311,7 +311,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
         yield Explanation("env.OMP_NUM_THREADS", None,
                           "not set: on the CPU engine OpenMP threads do the model's math and vLLM binds them itself "
                           "(VLLM_CPU_OMP_THREADS_BIND)",
-                          "the seed sets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, right for an NPU host, "
+                          "the tested advice sets OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, right for an NPU host, "
                           "crippling on the CPU engine")
         return
     buffer = plan.hccl_buffer

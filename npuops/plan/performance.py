@@ -10,7 +10,8 @@ The model (constants in npuops/data/perf_model.toml):
   over TP x FLOPS x MFU, plus a per-token cost of MoE routing and of linear-attention (Gated DeltaNet) layers.
 * Every step also pays a host/launch cost per layer that depends on the execution mode (eager, ACL piecewise
   graphs, FULL_DECODE_ONLY) and, with TP > 1, two all-reduces per layer whose latency grows with the group.
-  This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (perf-anchors.md, C6).
+  This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (anchor C6 of
+  benchmarks/calibration.py: vllm-ascend #6966).
 * With several requests in flight, chunked prefill interleaves the other requests' prompts with decode
   steps, so each step also carries (B - 1) x input/output prompt tokens: requests of mixed lengths arrive and finish
   at random times, so a step of B running sequences carries on average the prompts of the ones that finished.
@@ -19,7 +20,7 @@ The model (constants in npuops/data/perf_model.toml):
   first request is prefilled alone (it reaches an idle engine), the other B - 1 together in the next step, then all
   B decode in lockstep with no prompt in the step; when they finish, the client sends the next B at once, and the
   API server takes them in one after another (each waits for the overheads of those before it). Seen in vLLM's
-  per-request timings (`vllm bench serve --save-detailed`, the README's calibration section).
+  per-request timings (`vllm bench serve --save-detailed`, docs/calibration.md).
 * Concurrency: a fixed concurrency runs min(concurrency, max_num_seqs, KV capacity) sequences per replica and
   queues the rest; a request rate is turned into concurrency with Little's law.
 """

@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 
 from npuops.plan.inputs import ROUTER_POLICIES
 
-# The default policy and why, from the measurements in the README ("One endpoint per model"): on the CPU engine
+# The default policy and why, from the measurements in docs/router.md ("Why vllm-router"): on the CPU engine
 # with two replicas, round_robin matched cache_aware's prefix-cache hit rate on a shared-prefix workload with 0.77x
 # its TTFT, while cache_aware sent up to 3 of 4 requests to one replica at 16 in flight (its load balancing starts
 # only past 64 requests of difference).
@@ -109,7 +109,7 @@ class RouterOptions:
 
 def plan_router(replica_count: int, policy: str | None) -> RouterOptions | None:
     """A router when the plan has several replicas on one node; the operator's policy, else the default (it held
-    for every workload measured so far: README)."""
+    for every workload measured so far: docs/router.md)."""
     if replica_count < 2:
         return None
     return RouterOptions(policy=policy or DEFAULT_POLICY)

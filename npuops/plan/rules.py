@@ -188,7 +188,7 @@ class TargetRules(abc.ABC):
     # --- texts the explanations need -----------------------------------------------------------------------------
     @abc.abstractmethod
     def dtype_why(self, dtype: str, asked: str | None, model: ModelSpec) -> tuple[str, str | None]:
-        """(why, how it departs from the seed's float16 or None)."""
+        """(why, how it departs from the tested advice's float16 (docs/claims.md, claim 7) or None)."""
 
     @abc.abstractmethod
     def block_why(self, block: int, asked: int | None) -> tuple[str, str | None]: ...
@@ -215,7 +215,7 @@ class CpuEngineRules(TargetRules):
     def dtype_why(self, dtype: str, asked: str | None, model: ModelSpec) -> tuple[str, str | None]:
         why = "the vLLM CPU engine computes in float32 or bfloat16" + (
             " (as asked)" if asked else f"; {dtype} follows the checkpoint's {model.arch.torch_dtype}")
-        return why, None if dtype == "float16" else "the seed's float16 is not a CPU-engine dtype"
+        return why, None if dtype == "float16" else "the tested advice's float16 is not a CPU-engine dtype"
 
     def block_size(self, asked: int | None, warnings: list[str]) -> int:
         block = asked or 128
@@ -227,7 +227,8 @@ class CpuEngineRules(TargetRules):
     def block_why(self, block: int, asked: int | None) -> tuple[str, str | None]:
         why = ("the CPU attention backend pages the KV cache in blocks that are a multiple of 32"
                + ("" if asked else "; 128 is vLLM's CPU default"))
-        return why, None if block == 32 else "the seed's 32 also works on CPU; 128 means fewer block-table entries"
+        return why, None if block == 32 else (
+            "the tested advice's 32 also works on CPU; 128 means fewer block-table entries")
 
     def graph_mode(self, release: str | None, eager: bool) -> str:
         return "eager"
@@ -360,7 +361,8 @@ class AscendRules(TargetRules):
             if model.arch.torch_dtype == "float16":
                 why += " (the checkpoint is float16; vLLM casts it once at load)"
         seed = None if dtype == "float16" else (
-            "the seed uses float16, which works on A2/A3 but gains nothing over bfloat16 there and risks overflow")
+            "the tested advice uses float16, which works on A2/A3 but gains nothing over bfloat16 there and "
+            "risks overflow")
         return why, seed
 
     def block_size(self, asked: int | None, warnings: list[str]) -> int:
@@ -373,7 +375,7 @@ class AscendRules(TargetRules):
         why = "vllm-ascend forces block size 128 with prefix caching or chunked prefill (both on by default)"
         if asked is not None and asked != ASCEND_BLOCK_SIZE:
             why += f"; the {asked} asked for would be replaced at start-up anyway"
-        return why, "the seed's block_size=32 is overridden to 128 by vllm-ascend on current stacks"
+        return why, "the tested advice's block_size=32 is overridden to 128 by vllm-ascend on current stacks"
 
     def utilization_why(self, asked: float | None) -> str | None:
         if asked:

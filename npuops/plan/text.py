@@ -27,7 +27,7 @@ def render_plan_text(plan: Plan) -> str:
     out.append(table(["setting", "value", "why"], rows))
     seeds = [e for e in data["explanations"] if e.get("seed")]
     if seeds:
-        out.append("\nWhere this differs from the seed document's advice:")
+        out.append("\nWhere this differs from the tested advice (docs/claims.md):")
         for e in seeds:
             out.append(f"  - {e['key']}: {e['seed']}")
     if data["env"]:

@@ -1,7 +1,8 @@
 """The packages a provisioning run installs: vendor `.run` files recognised by name, checked against SHA256SUMS.
 
 Pure parts: `classify_package` reads kind, chip, version and architecture from a vendor file name (the patterns and
-their real-world variants are in ascend-facts.md §3), and `parse_sha256sums`/`render_sha256sums` handle the
+their real-world variants are those of Huawei's download site and ascend-deployer, e.g. `..._linux-x86-64.run` for
+the driver but `..._linux-x86_64.run` for CANN), and `parse_sha256sums`/`render_sha256sums` handle the
 `sha256sum` format. `index_packages` writes a manifest; `verify_packages` refuses a directory whose files do not
 match theirs, before any host is touched. `missing_wheels` says which pinned requirements a wheelhouse cannot serve
 (the hosts install from it with --no-index, so it must hold them all).

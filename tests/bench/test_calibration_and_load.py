@@ -21,14 +21,15 @@ from npuops.plan.text import render_plan_text
 STACK = {"vllm": "0.32.0+cpu", "vllm_ascend": None, "torch": "2.13.0+cpu", "torch_npu": None}
 
 
-def founding_plan(concurrency: int = 1, **kw: object):  # type: ignore[no-untyped-def]
+def claims_plan(concurrency: int = 1, **kw: object):  # type: ignore[no-untyped-def]
+    """The scenario of docs/claims.md: LLaMA2-13B-Chat on 8 x 910B3, 512 in / 128 out tokens."""
     return make_plan(load_model("llama-2-13b-chat"), parse_hardware_spec("910B3x8"),
                      Workload(input_len=512, output_len=128, concurrency=concurrency), PlanOptions(), **kw)
 
 
 def test_concurrency_one_over_eight_replicas_is_one_stream() -> None:
     """The issue's case: eight replicas at concurrency 1 serve one stream, not eight."""
-    plan = founding_plan(1)
+    plan = claims_plan(1)
     assert plan.replica_count == 8
     p = plan.prediction
     assert p.busy_replicas == 1 and p.running_per_replica == 1 and p.queued_per_replica == 0
@@ -36,19 +37,19 @@ def test_concurrency_one_over_eight_replicas_is_one_stream() -> None:
     assert p.output_tokens_per_s == pytest.approx(one_stream, rel=1e-6)
     assert "1 in flight" in render_plan_text(plan) and "on 1 of 8 replicas (the others idle)" in render_plan_text(plan)
     # Sixteen in flight keep every replica busy with two each: eight streams' worth and more.
-    busy = founding_plan(16).prediction
+    busy = claims_plan(16).prediction
     assert busy.busy_replicas == 8 and busy.running_per_replica == 2
     assert busy.output_tokens_per_s > 8 * p.output_tokens_per_s
 
 
 def test_e2e_is_ttft_plus_the_other_tokens_decode_steps() -> None:
-    p = founding_plan(4).prediction
+    p = claims_plan(4).prediction
     assert p.e2e_ms == pytest.approx(p.ttft_ms + (p.output_len - 1) * p.tpot_ms)
     assert p.requests_per_s == pytest.approx(p.output_tokens_per_s / p.output_len)
 
 
 def test_perf_inputs_round_trip_through_json() -> None:
-    perf = founding_plan(4).perf
+    perf = claims_plan(4).perf
     data = json.loads(json.dumps(perf.to_json()))
     assert PerfInputs.from_json(data) == perf
     moved = perf.for_load(input_len=64, output_len=8, concurrency=2, request_rate=None)
@@ -61,7 +62,7 @@ def test_fixed_lengths_in_a_closed_loop_run_in_waves() -> None:
     """A bench's load (fixed lengths, closed loop): the first prompt of a wave alone, the others in one step, then
     lockstep decode with no prompt in the step; throughput is the wave's requests over the wave's last one."""
     c = perf_constants()
-    mixed = founding_plan(32).perf
+    mixed = claims_plan(32).perf
     waves = replace(mixed, fixed_lengths=True)
     assert waves.in_waves and not mixed.in_waves
     p = predict(waves)
@@ -102,7 +103,7 @@ def test_the_plan_says_when_it_assumes_a_bench_load() -> None:
                      Workload(input_len=512, output_len=128, concurrency=32, fixed_lengths=True), PlanOptions())
     assert plan.perf.fixed_lengths and plan.to_json()["workload"]["fixed_lengths"] is True
     assert "512 in / 128 out tokens exactly (in waves, as a bench sends them)" in render_plan_text(plan)
-    assert "exactly" not in render_plan_text(founding_plan(32))
+    assert "exactly" not in render_plan_text(claims_plan(32))
 
 
 def _sample(perf: PerfInputs, ttft_scale: float, step_scale: float, hardware: str = "910B3x8",
@@ -115,7 +116,7 @@ def _sample(perf: PerfInputs, ttft_scale: float, step_scale: float, hardware: st
 
 
 def test_fit_recovers_the_measured_scales() -> None:
-    perf = founding_plan(4).perf
+    perf = claims_plan(4).perf
     factors = fit([_sample(perf, 0.5, 2.0)])
     assert factors.ttft == pytest.approx(0.5) and factors.step == pytest.approx(2.0)
     assert factors.throughput == pytest.approx(0.9)
@@ -131,12 +132,12 @@ def test_fit_recovers_the_measured_scales() -> None:
 
 def test_a_calibrated_plan_predicts_what_was_measured(tmp_path: Path) -> None:
     store = CalibrationStore(tmp_path)
-    plain = founding_plan(4)
+    plain = claims_plan(4)
     sample = _sample(plain.perf, 0.6, 1.7)
     store.add(sample)
     choice = store.choose("910B3x8", {**STACK, "npuops": "any"})
     assert choice.applied is not None and choice.applied.samples == 1
-    calibrated = founding_plan(4, calibration=choice)
+    calibrated = claims_plan(4, calibration=choice)
     p = calibrated.prediction
     assert p.ttft_ms == pytest.approx(sample.ttft_ms, rel=1e-6)
     assert p.tpot_ms == pytest.approx(sample.tpot_ms, rel=1e-6)
@@ -150,17 +151,17 @@ def test_a_calibrated_plan_predicts_what_was_measured(tmp_path: Path) -> None:
 
 def test_a_calibration_of_another_stack_or_node_does_not_apply(tmp_path: Path) -> None:
     store = CalibrationStore(tmp_path)
-    store.add(_sample(founding_plan(4).perf, 0.6, 1.7))
+    store.add(_sample(claims_plan(4).perf, 0.6, 1.7))
     other = store.choose("910B3x8", {**STACK, "vllm": "0.33.0+cpu"})
     assert other.applied is None and "other stacks only" in other.why and "vllm 0.32.0+cpu" in other.why
     unknown = store.choose("910B4x8", STACK)
     assert unknown.applied is None and "no bench of 910B4x8" in unknown.why
-    assert founding_plan(4, calibration=other).prediction == founding_plan(4).prediction
+    assert claims_plan(4, calibration=other).prediction == claims_plan(4).prediction
 
 
 def test_the_store_keeps_the_newest_samples_per_node(tmp_path: Path) -> None:
     store = CalibrationStore(tmp_path)
-    perf = founding_plan(4).perf
+    perf = claims_plan(4).perf
     for i in range(25):
         store.add(_sample(perf, 1.0, 1.0 + i / 100, at=float(i)))
     store.add(_sample(perf, 1.0, 1.0, hardware="910B4x8"))
@@ -178,5 +179,5 @@ def test_a_damaged_calibration_file_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_request_rate_samples_leave_the_throughput_factor_alone() -> None:
-    perf = replace(founding_plan(4).perf, request_rate=0.5)
+    perf = replace(claims_plan(4).perf, request_rate=0.5)
     assert fit([_sample(perf, 1.0, 1.0)]).throughput == 1.0

@@ -110,7 +110,8 @@ def test_cpuset_skips_on_x86(fake_root: Path) -> None:
 def test_cpuset_skips_without_npus(fake_root: Path) -> None:
     kunpeng(fake_root, "0-3")
     result = CpusetPerNpu().run(host_context(fake_root, machine="aarch64"))
-    assert result.status is Status.SKIP and result.evidence == {"npu_smi_error": NPU_SMI_MISSING}
+    assert result.status is Status.SKIP and result.evidence["npu_smi_error"] == NPU_SMI_MISSING
+    assert "no `npu-smi` on PATH" in result.evidence["no_npu"]  # said once on top of the text report
 
 
 # --- npu-cpu-affinity ----------------------------------------------------------------------------------------------

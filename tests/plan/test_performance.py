@@ -22,7 +22,7 @@ from npuops.plan.performance import (
 )
 from npuops.plan.quantization import expert_decode_factor
 
-# Median |relative error| of TPOT over the published anchors (perf-anchors.md). The model gives ~15% today;
+# Median |relative error| of TPOT over the published anchors (benchmarks/calibration.py). The model gives ~15% today;
 # the bound leaves room for honest recalibration but catches a change that breaks the model.
 TPOT_MEDIAN_ERROR_BOUND = 0.25
 
@@ -89,7 +89,7 @@ def test_every_speculative_and_quantized_anchor_says_what_it_assumes_or_why_not_
 
 
 def test_per_step_overhead_dominates_a_tp8_decode() -> None:
-    """perf-anchors.md: bandwidth alone gives ~1.3 ms for Qwen3-8B on TP8, C6 measures ~10 ms."""
+    """Bandwidth alone gives ~1.3 ms for Qwen3-8B on TP8, anchor C6 (vllm-ascend #6966) measures ~10 ms."""
     arch = model_catalog()["qwen3-8b"].spec.arch
     c = perf_constants()
     overhead = step_overhead_s(arch, 8, 1, "full_decode_only", "npu", c)

@@ -1,4 +1,4 @@
-"""make_plan: the seed scenario, models too big for a node, 310P rules, env gating, and TP properties."""
+"""make_plan: the scenario of docs/claims.md, models too big for a node, 310P rules, env gating, TP properties."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ from npuops.provision.run import (
 from tests.support.npuops_cli import npuops
 from tests.support.paths import REPO
 
-# Real file names (ascend-facts.md §3, and the download lists of vllm-ascend's docs for 8.0.RC2/8.2.RC1).
+# Real file names (Huawei's download site as ascend-deployer and the download lists of vllm-ascend's docs for
+# 8.0.RC2/8.2.RC1 name them).
 NAMES = {
     "Ascend-hdk-910b-npu-driver_25.0.rc1.1_linux-x86-64.run": ("driver", "25.0.rc1.1", "x86_64", "910b"),
     "Ascend-hdk-910b-npu-driver_25.0.rc1.1_linux-aarch64.run": ("driver", "25.0.rc1.1", "aarch64", "910b"),

@@ -23,7 +23,8 @@ LIBATB_MISSING = "ImportError: libatb.so: cannot open shared object file: No suc
 NO_PLATFORM = ("RuntimeError: Failed to infer device type, please set the environment variable "
                "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.")
 
-# One or more lines per signature, worded as the messages appear (ascend-facts.md §6; vLLM 0.32's own source for
+# One or more lines per signature, worded as the messages appear (the vllm-ascend issues each signature's `source`
+# names in npuops/data/failure_signatures.toml; vLLM 0.32's own source for
 # the memory messages: vllm/v1/worker/utils.py and vllm/v1/core/kv_cache_utils.py).
 SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
     "device-type-mismatch": (

@@ -33,7 +33,7 @@ from tests.support.paths import REPO
 ENGINE_PYTHON_ENV = "NPUOPS_ENGINE_PYTHON"
 REQUIRE_ENGINE_ENV = "NPUOPS_REQUIRE_ENGINE"
 
-# The recipe (../shared/reference/testing-recipes.md): float32, a short context, no graph capture, and an explicit
+# The recipe (tests/engine/README.md): float32, a short context, no graph capture, and an explicit
 # KV cache size (on the CPU a utilization fraction applies to the NUMA node's RAM and startup fails without one).
 # "256M" is binary for vLLM (2**28 bytes); "256m" would be decimal (256e6).
 KV_CACHE_BYTES = "256M"

@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-# The tiny model of testing-recipes.md (LlamaConfig hidden 64, 2 layers, 2 heads, 2 KV heads, head_dim 32).
+# The tiny model of tests/engine/README.md (LlamaConfig hidden 64, 2 layers, 2 heads, 2 KV heads, head_dim 32).
 TINY_LLAMA: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",

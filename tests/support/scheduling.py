@@ -14,7 +14,7 @@ scheduler (tests/support/xdist_groups.py) sends the tests of one group to one wo
 - every other test is scheduled on its own.
 
 `order` then puts the groups with the most recorded time first (tests/durations.json, written by a run with
-NPUOPS_TEST_DURATIONS=FILE, see the README), which is the longest-processing-time rule: the long groups start at
+NPUOPS_TEST_DURATIONS=FILE, see docs/testing.md), which is the longest-processing-time rule: the long groups start at
 once on both workers and the short tests fill the gaps at the end. Within a group the collection order is kept
 (the systemd modules run in order, each leaving the node as the next expects).
 """

@@ -1,11 +1,11 @@
 """Real systemd as PID 1, in a PID + mount (+ UTS, IPC) namespace over an overlay of this machine's root.
 
-testing-recipes.md, "Real systemd as PID 1": the distribution's own systemd boots there in a few seconds, with
-journald and dbus, and runs units with their whole sandbox (User=, ProtectSystem=, PrivateTmp=, DevicePolicy=,
-the syscall filter), the watchdog and the journal; everything it writes lands in a tmpfs, so the machine stays as
-it was. `RealSystemd.boot()` starts it, `run()` runs a command inside (nsenter), `reboot()` powers it off and boots
-it again over the same overlay (units enabled before come back by themselves), `shutdown()` powers it off and
-unmounts everything.
+The distribution's own systemd, booted as a container's init (systemd.io/CONTAINER_INTERFACE), starts there in a
+few seconds, with journald and dbus, and runs units with their whole sandbox (User=, ProtectSystem=, PrivateTmp=,
+DevicePolicy=, the syscall filter), the watchdog and the journal; everything it writes lands in a tmpfs, so the
+machine stays as it was. `RealSystemd.boot()` starts it, `run()` runs a command inside (nsenter), `reboot()` powers
+it off and boots it again over the same overlay (units enabled before come back by themselves), `shutdown()` powers
+it off and unmounts everything.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ file_name=None) -> Path``
     ``package_version``/``compatible_version_drv`` (default: the capture's values). ``file_name`` overrides the
     vendor name (to test name variants).
 ``installer_file_name(kind, version, *, arch="x86_64", chip="910b") -> str``
-    The vendor file name (ascend-facts.md §3): ``Ascend-hdk-910b-npu-driver_25.2.0_linux-x86-64.run`` (the driver
+    The vendor file name (as Huawei's download site and ascend-deployer name them):
+    ``Ascend-hdk-910b-npu-driver_25.2.0_linux-x86-64.run`` (the driver
     spells x86 ``x86-64``), ``Ascend-hdk-910b-npu-firmware_7.7.0.6.236.run`` (the firmware's own version, no arch),
     ``Ascend-cann-toolkit_8.2.RC1_linux-x86_64.run``, ``Ascend-cann-kernels-910b_8.2.RC1_linux-x86_64.run``,
     ``Ascend-cann-910b-ops_8.5.0_linux-x86_64.run``, ``Ascend-cann-nnal_8.2.RC1_linux-x86_64.run``.
@@ -217,7 +218,7 @@ def default_fail_env(kind: Kind) -> str:
 
 
 def installer_file_name(kind: Kind, version: str, *, arch: str = "x86_64", chip: str = "910b") -> str:
-    """The vendor's file name for this package (ascend-facts.md §3)."""
+    """The vendor's file name for this package (as Huawei's download site names it)."""
     _check_common(kind, version, arch, chip)
     cann_arch = f"linux-{arch}"
     if kind == "driver":
@@ -962,7 +963,8 @@ def build_package_set(
 ) -> dict[Kind, Path]:
     """A consistent package set: driver and its firmware, then the toolkit, kernels/ops and NNAL of one CANN.
 
-    Defaults: CANN 8.2.RC1 needs HDK driver >= 25.2.0 (ascend-facts.md §4; vllm-ascend#3865 runs exactly these two);
+    Defaults: CANN 8.2.RC1 needs HDK driver >= 25.2.0 (ascend-deployer's downloader/software/CANN_*.json;
+    vllm-ascend#3865 runs exactly these two);
     driver 25.2.0 was published together with firmware 7.7.0.6.236 (a public deployment guide installs
     Ascend-hdk-910b-npu-driver_25.2.0_linux-aarch64.run and Ascend-hdk-910b-npu-firmware_7.7.0.6.236.run; GitHub code
     index file id 56794777464). Another real pair: driver 25.0.rc1.1 with firmware 7.7.0.1.231 (HDK 25.0.RC1.1),

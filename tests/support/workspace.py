@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.support.npuops_cli import npuops_argv
 from tests.support.paths import REPO
 
-# The flags of the tiny model on the CPU target (testing-recipes.md); the plan turns them into vllm.yaml.
+# The flags of the tiny model on the CPU target (tests/engine/README.md); the plan turns them into vllm.yaml.
 PLAN_FLAGS = ("--hardware", "cpu", "--dtype", "float32", "--max-model-len", "512", "--input-len", "256",
               "--output-len", "64", "--enforce-eager", "--kv-cache-memory-bytes", str(256 * 2**20))
 
