@@ -31,6 +31,7 @@ from npuops.plan.memory import weights_per_device_ep
 from npuops.plan.model import ModelArch, ModelSpec, count_parameters
 from npuops.plan.rules import AscendRules, TargetRules
 from npuops.plan.server_options import ServerOptions
+from npuops.textout import human_bytes
 
 Strategy = Literal["ray", "dp"]
 
@@ -88,9 +89,10 @@ def hccl_buffsize_for_ep(arch: ModelArch, ep_size: int, tokens_per_rank: int) ->
     why = (
         f"the MC2 dispatch/combine kernels need ({max_bs} tokens x {dispatch} B x {ep_size} ranks x {local_experts} "
         f"experts per rank + {max_bs} x {combine} B x ({k} routed + {arch.num_shared_experts} shared)) x 2 = "
-        f"{needed_mb:.0f} MB per rank ('HCCL_BUFFSIZE is too SMALL' below that); {mb} MB with "
+        f"{needed_mb:.0f} MiB per rank ('HCCL_BUFFSIZE is too SMALL' below that); {mb} MiB with "
         f"{int((_BUFFSIZE_HEADROOM - 1) * 100)}% headroom"
-        + (f", never below HCCL's {HCCL_DEFAULT_BUFFSIZE_MB} MB default" if mb == HCCL_DEFAULT_BUFFSIZE_MB else "")
+        + (f", never below HCCL's {HCCL_DEFAULT_BUFFSIZE_MB} MiB default" if mb == HCCL_DEFAULT_BUFFSIZE_MB else "")
+        + " (HCCL_BUFFSIZE counts MiB, which HCCL's docs call MB)"
     )
     return HcclBufferSize(mb, round(needed_mb, 1), why)
 
@@ -185,7 +187,7 @@ class ClusterPlan:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+    return human_bytes(n)
 
 
 def _expert_parallel_cluster(model: ModelSpec, rules: AscendRules, workload: Workload, s: Sizing, mode: str,

@@ -15,6 +15,7 @@ from npuops.plan.layout import MAX_CAPTURE_SIZE
 from npuops.plan.memory import max_concurrency
 from npuops.plan.quantization import kv_cache_schemes, schemes
 from npuops.plan.result import Explanation, Plan
+from npuops.textout import human_bytes
 
 # The advice the explanations compare against: claims 2-7 of docs/claims.md.
 SEED = {"tensor_parallel_size": 8, "block_size": 32, "max_num_batched_tokens": 4096, "max_model_len": 2048,
@@ -22,15 +23,13 @@ SEED = {"tensor_parallel_size": 8, "block_size": 32, "max_num_batched_tokens": 4
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+    """Memory in the plan's one unit (GiB, MiB for small amounts), as the memory lines give it."""
+    return human_bytes(n)
 
 
 def _device_memory(plan: Plan) -> str:
-    """How vendors name the chip's memory (64 GB for a 65536 MiB 910B), not a bytes conversion."""
-    target = plan.target
-    if target.chip is not None and target.memory_bytes_per_device == target.chip.memory_bytes:
-        return f"{target.chip.memory_gb} GB"
-    return f"{target.memory_bytes_per_device / 2**30:.1f} GiB"
+    """The chip's memory in the same unit (a vendor's "64 GB" 910B holds 65536 MiB: 64.0 GiB)."""
+    return human_bytes(plan.target.memory_bytes_per_device)
 
 
 def _dtype(plan: Plan) -> Iterator[Explanation]:
@@ -112,7 +111,15 @@ def _single_node_parallelism(plan: Plan) -> Iterator[Explanation]:
     if arch.is_moe and layout.chips > 1:
         yield Explanation("enable_expert_parallel", True,
                           f"{arch.num_experts} experts spread whole over the {layout.chips} devices instead of "
-                          f"slicing each expert; HCCL_BUFFSIZE={MOE_EP_HCCL_BUFFSIZE_MB} for the all-to-all")
+                          f"slicing each expert; {_all_to_all_buffer(plan, MOE_EP_HCCL_BUFFSIZE_MB)}")
+
+
+def _all_to_all_buffer(plan: Plan, fallback_mb: int) -> str:
+    """Where the all-to-all's buffer is sized: the env setting's own row when the plan sets HCCL_BUFFSIZE (its
+    value is said there, once), else the size the launch gives each node."""
+    if any(setting.name == "HCCL_BUFFSIZE" for setting in plan.env_settings):
+        return "the all-to-all's buffer is env.HCCL_BUFFSIZE (below)"
+    return f"HCCL_BUFFSIZE={fallback_mb} for the all-to-all"
 
 
 def _router(plan: Plan) -> Iterator[Explanation]:
@@ -160,7 +167,7 @@ def _cluster_parallelism(plan: Plan) -> Iterator[Explanation]:
         yield Explanation("enable_expert_parallel", True,
                           f"the {plan.model.arch.num_experts} routed experts spread whole over the {cluster.ep_size} "
                           "devices of the expert-parallel group instead of slicing each expert; "
-                          f"HCCL_BUFFSIZE={buffer} for the all-to-all")
+                          + _all_to_all_buffer(plan, buffer))
     elif "enable_expert_parallel" in single:
         yield single["enable_expert_parallel"]
     yield Explanation("multinode", cluster.strategy, f"{cluster.why}; not {cluster.rejected[0]}")
@@ -291,7 +298,7 @@ def _speculative(plan: Plan) -> Iterator[Explanation]:
     how = ("chosen by the plan: the checkpoint ships MTP layers" if spec.chosen_by_plan else "as asked")
     rate = {"default": "the method's published rate (npuops/data/speculative.toml)",
             "flag": "--spec-acceptance"}[spec.acceptance_source]
-    draft = (f"; the draft's {spec.draft_weight_bytes / 1e9:.2f} GB of weights and its KV layers are in the memory "
+    draft = (f"; the draft's {human_bytes(spec.draft_weight_bytes)} of weights and its KV layers are in the memory "
              "plan" if spec.draft_weight_bytes else "")
     if spec.parallel and (plan.server.speculative_config or {}).get("parallel_drafting"):
         draft += ("; its config.json carries a parallel-drafting mask token, so one forward drafts all K "
@@ -324,7 +331,7 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
         else:
             yield Explanation(f"env.{setting.name}", setting.value, setting.why, setting.seed)
     if len(plan.replicas) > 1:
-        yield Explanation("env.ASCEND_RT_VISIBLE_DEVICES", None,
+        yield Explanation("env.ASCEND_RT_VISIBLE_DEVICES", "per replica",
                           "each replica gets its own ASCEND_RT_VISIBLE_DEVICES (see replicas)")
 
 

@@ -33,6 +33,7 @@ from npuops.plan.rules import Replica, TargetRules, rules_for
 from npuops.plan.server_options import ServerOptions
 from npuops.plan.speculative import SpeculativePlan, capture_sizes_for, plan_speculative
 from npuops.plan.target import HardwareTarget
+from npuops.textout import human_bytes
 
 
 class PlanDoesNotFit(BadInputError):
@@ -160,7 +161,7 @@ def _does_not_fit(model: ModelSpec, rules: TargetRules, workload: Workload, s: S
                   required: int, c: MemoryConstants) -> PlanDoesNotFit:
     """Say what would fit: a shorter max_model_len, more chips or nodes, a quantization."""
     best = max((rules.budget(s, lay, c) for lay in candidates), key=lambda b: b.kv_budget_bytes, default=None)
-    problem = (f"{model.served_name} ({s.weight_bytes / 1e9:.1f} GB of weights) does not fit {rules.target.label} "
+    problem = (f"{model.served_name} ({human_bytes(s.weight_bytes)} of weights) does not fit {rules.target.label} "
                f"with KV room for one {required}-token request")
     alternatives: list[str] = []
     if best is not None and best.kv_cache_tokens >= workload.request_tokens:

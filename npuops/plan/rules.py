@@ -38,6 +38,7 @@ from npuops.plan.memory import (
 from npuops.plan.model import ModelArch, ModelSpec, weight_bytes_from_arch
 from npuops.plan.quantization import COMPRESSED_TENSORS, check_kv_cache_runs, check_runs
 from npuops.plan.target import HardwareTarget
+from npuops.textout import human_bytes
 
 ASCEND_BLOCK_SIZE = 128
 CPU_BLOCK_MULTIPLE = 32
@@ -201,6 +202,10 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+# The share of a CPU host's RAM the default KV budget leaves to the OS and the page cache: one tenth.
+CPU_HOST_RESERVE_DIVISOR = 10
+
+
 class CpuEngineRules(TargetRules):
     """vLLM's CPU engine: one process per host, float32 or bfloat16, a KV cache of a given size, eager."""
 
@@ -245,9 +250,13 @@ class CpuEngineRules(TargetRules):
         return min(positions, max(512, _pow2_at_least(need)))
 
     def kv_cache_bytes(self, weight_bytes: int, asked: int | None, c: MemoryConstants) -> int | None:
+        """What the operator asked, else up to cpu_default_kv_bytes of what the NUMA node's RAM leaves beside the
+        weights and the engine process, less a tenth for the OS and the page cache the weights load through:
+        whenever the weights fit, so does a KV cache (a model that leaves no room is refused by the budget)."""
         if asked is not None:
             return asked
-        room = self.target.memory_bytes_per_device // 2 - weight_bytes - c.cpu_process_bytes
+        device = self.target.memory_bytes_per_device
+        room = device - device // CPU_HOST_RESERVE_DIVISOR - weight_bytes - c.cpu_process_bytes
         return max(0, min(c.cpu_default_kv_bytes, room)) // 2**20 * 2**20
 
     def expert_parallel(self, arch: ModelArch) -> bool:
@@ -276,7 +285,9 @@ class CpuEngineRules(TargetRules):
         if weights + kv_budget + c.cpu_process_bytes > device:
             kv_budget = -1  # does not fit the NUMA node's RAM
         tokens = kv_cache_tokens(kv_budget, arch, s.block_size, s.kv_dtype_bytes, 1, 1)
-        return MemoryBudget(device, kv_budget, weights, 0, 0, c.cpu_process_bytes, kv_budget, per_token, tokens)
+        # What the engine uses of the node's RAM: its parts, so the memory line adds up.
+        usable = weights + c.cpu_process_bytes + max(kv_budget, 0)
+        return MemoryBudget(device, usable, weights, 0, 0, c.cpu_process_bytes, kv_budget, per_token, tokens)
 
     def replica_count(self, layout: Layout, objective: str) -> int:
         return 1
@@ -322,7 +333,20 @@ class CpuEngineRules(TargetRules):
 
     def fit_alternatives(self, model: ModelSpec, s: Sizing, candidates: list[Layout], required: int,
                          c: MemoryConstants) -> list[str]:
-        return ["a larger --kv-cache-memory-bytes or a machine with more RAM per NUMA node"]
+        """The KV budget that fits when the weights do (a fix that works when followed), else the RAM per NUMA
+        node the weights, the engine process and one request's KV need."""
+        budget = self.budget(s, Layout(1, 1), c)
+        block = s.block_size * budget.kv_bytes_per_token
+        least = -(-required * budget.kv_bytes_per_token // block) * block
+        room = budget.device_bytes - budget.weights_bytes - c.cpu_process_bytes
+        if room >= least:
+            largest = room // 2**20 * 2**20
+            return [f"--kv-cache-memory-bytes {largest} or less ({human_bytes(largest)}: what the node's "
+                    f"{human_bytes(budget.device_bytes)} leave beside {human_bytes(budget.weights_bytes)} of weights "
+                    f"and the engine process; one request needs {human_bytes(least)})"]
+        needed = budget.weights_bytes + c.cpu_process_bytes + least
+        return [f"a machine with at least {human_bytes(needed)} of RAM per NUMA node, or a smaller or quantized "
+                "model"]
 
 
 class AscendRules(TargetRules):
@@ -512,7 +536,7 @@ class AscendRules(TargetRules):
                 q_bytes = weight_bytes_from_arch(s.arch, "bfloat16" if s.act_bytes == 2 else "float32", quant)
                 q_sizing = replace(s, weight_bytes=q_bytes)
                 if any(self.budget(q_sizing, lay, c).kv_cache_tokens >= required for lay in candidates):
-                    alternatives.append(f"--quantization {quant} ({q_bytes / 1e9:.1f} GB of weights, "
+                    alternatives.append(f"--quantization {quant} ({human_bytes(q_bytes)} of weights, "
                                         "ModelSlim-quantized)")
                     break
         return alternatives

@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
-from npuops.textout import human_bytes, table
+from npuops.textout import human_bytes, wrapped
+
+# The setting column: as wide as most keys; a longer key (additional_config.multistream_overlap_shared_expert)
+# takes its value after one space.
+KEY_WIDTH = 34
+WHY_INDENT = " " * 6
+
+
+def typed_value(value: Any) -> str:
+    """A value as an operator types it into vllm.yaml, a flag or an env file: true/false, JSON for a
+    structure (--compilation-config, --speculative-config take JSON), "(not set)" for nothing. Pure."""
+    if value is None:
+        return "(not set)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _setting(key: str, value: Any, why: str) -> list[str]:
+    return [wrapped(typed_value(value), f"  {key:<{KEY_WIDTH}} ", WHY_INDENT), wrapped(why, WHY_INDENT)]
 
 
 def render_plan_text(plan: Plan) -> str:
+    """The plan for a terminal: each setting with its value (as typed) and why, wrapped at the terminal's width
+    (at most 100 columns, never cutting a value), then replicas, cluster, memory (GiB) and the prediction."""
     data = plan.to_json()
     out: list[str] = []
     model = data["model"]
@@ -19,21 +43,13 @@ def render_plan_text(plan: Plan) -> str:
     out.append(f"  workload: input {w['input_len']}, output {w['output_len']}, concurrency {w['concurrency']}"
                f"{rate}, objective {w['objective']}")
     out.append("")
-    rows = []
     for e in data["explanations"]:
-        value = e["value"]
-        text = value if isinstance(value, str) else str(value)
-        rows.append([e["key"], text[:40], e["why"]])
-    out.append(table(["setting", "value", "why"], rows))
+        out += _setting(e["key"], e["value"], e["why"])
     seeds = [e for e in data["explanations"] if e.get("seed")]
     if seeds:
         out.append("\nWhere this differs from the tested advice (docs/claims.md):")
         for e in seeds:
-            out.append(f"  - {e['key']}: {e['seed']}")
-    if data["env"]:
-        out.append("\nEnvironment:")
-        for key, value in data["env"].items():
-            out.append(f"  {key}={value}")
+            out.append(wrapped(e["seed"], f"  - {e['key']}: ", "    "))
     if len(data["replicas"]) > 1:
         router = data.get("router")
         behind = f" behind one router ({router['policy']})" if router else ""
@@ -44,35 +60,38 @@ def render_plan_text(plan: Plan) -> str:
             out.append(f"  replica {r['index']} (node {r['node']}): {where}")
     cluster = data.get("cluster")
     if cluster:
-        out.append(f"\nMulti-node: {cluster['strategy']} over {cluster['nodes']} nodes "
-                   f"(TP {cluster['tensor_parallel_size']}, PP {cluster['pipeline_parallel_size']}, "
-                   f"DP {cluster['data_parallel_size']}"
-                   + (f", EP {cluster['expert_parallel_size']}" if cluster["expert_parallel"] else "") + ")")
-        out.append(f"  why: {cluster['why']}")
+        out.append(wrapped(f"{cluster['strategy']} over {cluster['nodes']} nodes "
+                           f"(TP {cluster['tensor_parallel_size']}, PP {cluster['pipeline_parallel_size']}, "
+                           f"DP {cluster['data_parallel_size']}"
+                           + (f", EP {cluster['expert_parallel_size']}" if cluster["expert_parallel"] else "") + ")",
+                           "\nMulti-node: ", "  "))
+        out.append(wrapped(cluster["why"], "  why: ", "    "))
         for alternative in cluster["rejected"]:
-            out.append(f"  not {alternative}")
+            out.append(wrapped(alternative, "  not ", "    "))
         for node in cluster["node_roles"]:
             start = f", data-parallel ranks from {node['dp_start_rank']}" if "dp_start_rank" in node else ""
             out.append(f"  node {node['rank']}: {node['role']}{start}")
-        out.append("  each node also gets HCCL_IF_IP, GLOO/TP/HCCL_SOCKET_IFNAME from its own interface at launch "
-                   "(`npuops launch -i INVENTORY --group GROUP`)")
+        out.append(wrapped("each node also gets HCCL_IF_IP, GLOO/TP/HCCL_SOCKET_IFNAME from its own interface at "
+                           "launch (`npuops launch -i INVENTORY --group GROUP`)", "  "))
     m = data["memory"]
     out.append("\nMemory per device:")
-    out.append(f"  device {human_bytes(m['device_bytes'])}, usable {human_bytes(m['usable_bytes'])}: "
-               f"weights {human_bytes(m['weights_bytes_per_device'])}, "
-               f"activations {human_bytes(m['activation_bytes'])}, "
-               f"graphs {human_bytes(m['graph_bytes'])}, runtime {human_bytes(m['runtime_bytes'])}, "
-               f"KV cache {human_bytes(m['kv_budget_bytes'])}")
-    out.append(f"  KV cache: {m['kv_cache_tokens']} tokens at {m['kv_cache_bytes_per_token']} bytes per token; "
-               f"{m['max_concurrency']} concurrent requests of {w['input_len'] + w['output_len']} tokens")
+    out.append(wrapped(f"device {human_bytes(m['device_bytes'])}, usable {human_bytes(m['usable_bytes'])}: "
+                       f"weights {human_bytes(m['weights_bytes_per_device'])}, "
+                       f"activations {human_bytes(m['activation_bytes'])}, "
+                       f"graphs {human_bytes(m['graph_bytes'])}, runtime {human_bytes(m['runtime_bytes'])}, "
+                       f"KV cache {human_bytes(m['kv_budget_bytes'])}", "  "))
+    out.append(wrapped(f"KV cache: {m['kv_cache_tokens']} tokens at {m['kv_cache_bytes_per_token']} bytes per "
+                       f"token; {int(m['max_concurrency'])} concurrent requests of "
+                       f"{w['input_len'] + w['output_len']} tokens", "  "))
     p = data["prediction"]
-    out.append(f"\nPredicted: TTFT {p['ttft_ms']} ms, TPOT {p['tpot_ms']} ms, end-to-end {p['e2e_ms']} ms, "
-               f"{p['output_tokens_per_s']} output tokens/s in total ({p['requests_per_s']} requests/s)")
-    out.append(f"  for the load {assumed_load(w, p, data['config']['data_parallel_size'])}")
+    out.append(wrapped(f"TTFT {p['ttft_ms']} ms, TPOT {p['tpot_ms']} ms, end-to-end {p['e2e_ms']} ms, "
+                       f"{p['output_tokens_per_s']} output tokens/s in total ({p['requests_per_s']} requests/s)",
+                       "\nPredicted: ", "  "))
+    out.append(wrapped(assumed_load(w, p, data["config"]["data_parallel_size"]), "  for the load ", "    "))
     if data["warnings"]:
         out.append("\nWarnings:")
         for warning in data["warnings"]:
-            out.append(f"  ! {warning}")
+            out.append(wrapped(warning, "  ! ", "    "))
     return "\n".join(out)
 
 

@@ -35,7 +35,8 @@ def test_concurrency_one_over_eight_replicas_is_one_stream() -> None:
     assert p.busy_replicas == 1 and p.running_per_replica == 1 and p.queued_per_replica == 0
     one_stream = p.output_len / (p.e2e_ms / 1e3)
     assert p.output_tokens_per_s == pytest.approx(one_stream, rel=1e-6)
-    assert "1 in flight" in render_plan_text(plan) and "on 1 of 8 replicas (the others idle)" in render_plan_text(plan)
+    text = " ".join(render_plan_text(plan).split())  # unwrapped
+    assert "1 in flight" in text and "on 1 of 8 replicas (the others idle)" in text
     # Sixteen in flight keep every replica busy with two each: eight streams' worth and more.
     busy = claims_plan(16).prediction
     assert busy.busy_replicas == 8 and busy.running_per_replica == 2
@@ -102,7 +103,8 @@ def test_the_plan_says_when_it_assumes_a_bench_load() -> None:
     plan = make_plan(load_model("llama-2-13b-chat"), parse_hardware_spec("910B3x8"),
                      Workload(input_len=512, output_len=128, concurrency=32, fixed_lengths=True), PlanOptions())
     assert plan.perf.fixed_lengths and plan.to_json()["workload"]["fixed_lengths"] is True
-    assert "512 in / 128 out tokens exactly (in waves, as a bench sends them)" in render_plan_text(plan)
+    assert "512 in / 128 out tokens exactly (in waves, as a bench sends them)" in " ".join(
+        render_plan_text(plan).split())
     assert "exactly" not in render_plan_text(claims_plan(32))
 
 

@@ -164,6 +164,7 @@ def test_bench_gives_every_figure_beside_the_prediction_and_calibrates_the_plan(
     uncalibrated = instance.ws.run("plan", str(instance.model), *PLANNED_AS_BENCHED, "--json", "--no-calibration")
     assert json.loads(uncalibrated.stdout)["prediction"] == plan["calibration"]["uncalibrated_prediction"]
     human = instance.ws.run("plan", str(instance.model), *PLANNED).stdout
+    human = " ".join(human.split())  # the text wraps at the terminal's width
     assert "calibration" in human and "from 1 bench on cpu" in human
 
     # The same seed again sends the same prompts: the engine finds them in its prefix cache, and the report says so.
