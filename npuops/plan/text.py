@@ -117,45 +117,50 @@ def assumed_load(workload: dict[str, Any], prediction: dict[str, Any], replicas:
 
 
 def render_pd_text(pd: DisaggregatedPlan, why: str) -> str:
-    """A disaggregated plan: each pool's engines, options and memory, the connector, the pair's prediction beside
-    the co-located plan's."""
+    """A disaggregated plan: each pool's engines, options and memory, the connector (its kv_transfer_config as
+    JSON, what --kv-transfer-config takes), the pair's prediction beside the co-located plan's; wrapped at the
+    terminal's width (at most 100 columns)."""
     data = pd.to_json()
     colocated = pd.colocated
     hosts = pd.prefill.hosts + pd.decode.hosts
     where = (f"{hosts} x {colocated.target.label} (the first {pd.prefill.hosts} prefill, the rest decode)" if hosts
              else colocated.target.label)
-    out = [f"Disaggregated plan {pd.shape} for {colocated.model.served_name} on {where}", f"  {why}", ""]
+    out = [wrapped(f"Disaggregated plan {pd.shape} for {colocated.model.served_name} on {where}", "", "  "),
+           wrapped(why, "  "), ""]
     for pool in pd.pools:
         plan = pool.plan
         s = plan.server
         spec = s.speculative_config
         per_host = f", {len(plan.replicas)} on each of {pool.hosts} host(s)" if pool.hosts else ""
-        out.append(f"{pool.role} pool: {pool.count} engine(s) of TP {pool.tp}{per_host} ({pool.kv_role})")
+        out.append(wrapped(f"{pool.role} pool: {pool.count} engine(s) of TP {pool.tp}{per_host} ({pool.kv_role})",
+                           "", "  "))
         for replica, ports in zip(plan.replicas, pool.kv_ports, strict=True):
             where = (f"ASCEND_RT_VISIBLE_DEVICES={replica.visible_devices}" if replica.devices else
                      f"VLLM_CPU_OMP_THREADS_BIND={replica.cpus}" if replica.cpus else "the host's CPUs")
             port = f", kv ports {ports.start}-{ports.stop - 1}" if pd.connector != "ExampleConnector" else ""
             out.append(f"  engine {replica.index}: {where}{port}")
-        out.append(f"  max_num_batched_tokens {s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}, "
-                   f"max_model_len {s.max_model_len}, block_size {s.block_size}"
-                   + (f", speculative {spec['method']} k={spec['num_speculative_tokens']}" if spec else ""))
+        out.append(wrapped(f"max_num_batched_tokens {s.max_num_batched_tokens}, max_num_seqs {s.max_num_seqs}, "
+                           f"max_model_len {s.max_model_len}, block_size {s.block_size}"
+                           + (f", speculative {spec['method']} k={spec['num_speculative_tokens']}" if spec else ""),
+                           "  ", "    "))
         m = plan.memory
-        out.append(f"  memory per device: weights {human_bytes(m.weights_bytes)}, KV cache "
-                   f"{human_bytes(m.kv_budget_bytes)} ({m.kv_cache_tokens} tokens)")
+        out.append(wrapped(f"memory per device: weights {human_bytes(m.weights_bytes)}, KV cache "
+                           f"{human_bytes(m.kv_budget_bytes)} ({m.kv_cache_tokens} tokens)", "  ", "    "))
     out.append(f"\nKV connector: {pd.connector}")
     for role, config in data["kv_transfer_config"].items():
-        out.append(f"  {role}: {config}")
+        out.append(wrapped(typed_value(config), f"  {role}: ", "    "))
     for setting in pd.env_settings:
-        out.append(f"  {setting.name}={setting.value}: {setting.why}")
+        out.append(wrapped(f"{setting.name}={setting.value}: {setting.why}", "  ", "    "))
     p, c = data["prediction"], data["colocated_prediction"]
-    out.append(f"\nPredicted (the pair): TTFT {p['ttft_ms']} ms (prefill {p['prefill_ms']} ms, KV transfer "
-               f"{p['transfer_ms']} ms), TPOT {p['tpot_ms']} ms, {p['output_tokens_per_s']} output tokens/s")
-    out.append(f"Co-located on the same chips: TTFT {c['ttft_ms']} ms, TPOT {c['tpot_ms']} ms, "
-               f"{c['output_tokens_per_s']} output tokens/s")
-    out.append(f"  {pd.verdict}")
+    out.append(wrapped(f"TTFT {p['ttft_ms']} ms (prefill {p['prefill_ms']} ms, KV transfer {p['transfer_ms']} ms), "
+                       f"TPOT {p['tpot_ms']} ms, {p['output_tokens_per_s']} output tokens/s",
+                       "\nPredicted (the pair): ", "  "))
+    out.append(wrapped(f"TTFT {c['ttft_ms']} ms, TPOT {c['tpot_ms']} ms, {c['output_tokens_per_s']} output tokens/s",
+                       "Co-located on the same chips: ", "  "))
+    out.append(wrapped(pd.verdict, "  ", "    "))
     warnings = [w for pool in pd.pools for w in pool.plan.warnings]
     if warnings:
         out.append("\nWarnings:")
         for warning in dict.fromkeys(warnings):
-            out.append(f"  ! {warning}")
+            out.append(wrapped(warning, "  ! ", "    "))
     return "\n".join(out)

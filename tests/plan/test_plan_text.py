@@ -115,3 +115,26 @@ def test_the_cpu_plan_fits_what_fits_and_its_refusal_fix_works() -> None:
     with pytest.raises(BadInputError) as no_room:
         make_plan(load_model("qwen2.5-72b-instruct"), host, Workload(512, 128))
     assert "GiB" in no_room.value.one_line() and "--kv-cache-memory-bytes" not in no_room.value.fix
+
+
+@pytest.mark.parametrize(("model", "hardware", "shape"), [("qwen3-8b", "910B3x8", "1:1"),
+                                                         ("deepseek-v3", "910B3x8", "1:1")])
+def test_a_disaggregated_plan_reads_at_100_columns(model: str, hardware: str, shape: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from npuops.plan.disaggregation import plan_disaggregated
+    from npuops.plan.text import render_pd_text
+
+    monkeypatch.setenv("COLUMNS", "160")
+    try:
+        pd, _colocated, why = plan_disaggregated(load_model(model), parse_hardware_spec(hardware), WORKLOAD,
+                                                 PlanOptions(), shape)
+    except BadInputError as refused:
+        assert "\n" not in refused.one_line()
+        return
+    assert pd is not None
+    text = render_pd_text(pd, why)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert not REPR.search(text), REPR.search(text)
+    flat = " ".join(text.split())
+    for role, config in pd.to_json()["kv_transfer_config"].items():
+        assert f"{role}: {typed_value(config)}" in flat  # the JSON --kv-transfer-config takes, whole
