@@ -273,9 +273,18 @@ def _prefix_cache_during(before: list[Sample] | None, after: list[Sample] | None
     use = prefix_cache_use(before, after) if before is not None and after is not None else None
     if use is None:
         return None
-    # The warm-ups are `concurrency` copies of the first prompt, which the measured run sends once more: those
-    # hits are the tool's own; more means prompts the instance had seen before this bench.
-    return {**use, "repeated_prompts": use["hit_tokens"] > (load.concurrency + 1) * load.input_len}
+    return {**use, "repeated_prompts": repeated_prompt_set(use["hit_tokens"], load)}
+
+
+def repeated_prompt_set(hit_tokens: float, load: BenchLoad) -> bool:
+    """Whether a bench's prompts were seen before, from its prefix-cache hits (pure). The warm-ups are
+    `concurrency` copies of the first prompt, which the measured run sends once more: those hits are the tool's
+    own. A prompt set the instance has seen before hits nearly every full KV block of every prompt (at least half
+    its tokens from two blocks on); new random prompts hit only by chance (on a tiny vocabulary two prompts may
+    start alike: a CI run saw 6 such blocks among 24 prompts). Repeated: more than a quarter of the other prompts'
+    tokens found cached."""
+    own = (load.concurrency + 1) * load.input_len
+    return hit_tokens - own > (load.num_prompts - 1) * load.input_len / 4
 
 
 def _baseline_request(target: BenchTarget, load: BenchLoad) -> dict[str, Any]:

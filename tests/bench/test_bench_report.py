@@ -211,3 +211,14 @@ def test_the_status_carries_the_last_bench_across_hosts() -> None:
     assert "bench     " in render_status_text(status) and "270.5 output tok/s (0.95x predicted)" in \
         render_status_text(status)
     assert "last_bench" not in InstanceStatus(name="demo", state="stopped", healthy=False).to_json()
+
+
+def test_a_repeated_prompt_set_is_told_from_chance_hits() -> None:
+    """24 prompts of 256 tokens at concurrency 4 on the CPU engine (128-token blocks; a prompt's last token is
+    always computed, so a prompt hits at most its first block): figures of real runs."""
+    from npuops.bench.run import repeated_prompt_set
+
+    load = BenchLoad(256, 16, 4, None, 24)
+    assert repeated_prompt_set(24 * 128 + 5 * 128, load)  # the same seed again: every prompt's block
+    assert not repeated_prompt_set(1408, load)  # a fresh seed: the warm-ups and 6 blocks by chance (a CI run)
+    assert not repeated_prompt_set(5 * 128, load)  # the warm-ups alone

@@ -191,7 +191,9 @@ def test_an_exec_failure_is_diagnosed_and_the_start_limit_says_how_to_rearm(serv
         assert "useradd" in waiting["diagnosis"]["fix"]
         # Restart=on-failure tries again every RestartSec=; the starts of the tests before count towards the
         # limit (StartLimitBurst=5 in 15 minutes), as on a node.
-        limited = wait_for("the start limit", lambda: (s := status(node))["diagnosis"]["id"] == "start-limit" and s,
+        # Between two tries (a new start attempt under way) the unit has no failure to diagnose yet: None.
+        limited = wait_for("the start limit",
+                           lambda: (s := status(node))["diagnosis"] and s["diagnosis"]["id"] == "start-limit" and s,
                            180, poll=2)
         assert limited["state"] == "failed" and limited["unit_state"]["active_state"] == "failed"
         diagnosis = limited["diagnosis"]
