@@ -146,6 +146,8 @@ class SupervisorState:
     healthy_at: float | None = None
     last_health_at: float | None = None
     kv_cache_tokens: int | None = None
+    # While a stopping engine drains (vLLM's --shutdown-timeout): the requests it still runs or holds.
+    in_flight: int | None = None
     updated_at: float | None = None
     cluster: RayState | None = None  # a Ray head's last look at its cluster
     exit: SupervisorExit | None = None
@@ -185,7 +187,8 @@ class SupervisorState:
             "stage": self.stage.value if self.stage is not None else None,
             "stages": [s.to_json() for s in self.stages], "started_at": self.started_at,
             "healthy_at": self.healthy_at, "last_health_at": self.last_health_at,
-            "kv_cache_tokens": self.kv_cache_tokens, "url": self.url, "updated_at": self.updated_at,
+            "kv_cache_tokens": self.kv_cache_tokens, "in_flight": self.in_flight, "url": self.url,
+            "updated_at": self.updated_at,
             "cluster": self.cluster.to_json() if self.cluster is not None else None,
             "exit": self.exit.to_json() if self.exit is not None else None,
             "previous_exit": self.previous_exit.to_json() if self.previous_exit is not None else None,
@@ -203,7 +206,8 @@ class SupervisorState:
             stages=[StageEntry.from_json(s) for s in state.objects("stages")],
             engine_pid=state.opt_integer("engine_pid"), url=state.opt_text("url"),
             healthy_at=state.opt_number("healthy_at"), last_health_at=state.opt_number("last_health_at"),
-            kv_cache_tokens=state.opt_integer("kv_cache_tokens"), updated_at=state.opt_number("updated_at"),
+            kv_cache_tokens=state.opt_integer("kv_cache_tokens"), in_flight=state.opt_integer("in_flight"),
+            updated_at=state.opt_number("updated_at"),
             cluster=RayState.from_json(cluster) if cluster is not None else None,
             exit=SupervisorExit.from_json(done) if done is not None else None,
             previous_exit=SupervisorExit.from_json(previous) if previous is not None else None,

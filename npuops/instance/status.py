@@ -32,7 +32,7 @@ from npuops.instance.record import (
     read_status,
     scan_records,
 )
-from npuops.instance.state import Diagnosis, SupervisorExit, SupervisorState
+from npuops.instance.state import Diagnosis, Stage, SupervisorExit, SupervisorState
 from npuops.wire import WireObject
 
 INSTANCE_STATUS = "instance status"
@@ -187,7 +187,7 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
         if active == "failed":
             return "failed"
         if active == "deactivating":
-            return "stopping"
+            return _stopping(supervisor)
         return "stopped" if exit_info is None or not exit_info.failed else "failed"
     # Foreground: the supervisor's own status file and whether it still runs.
     alive = supervisor is not None and exit_info is None and pid_alive(supervisor.supervisor_pid)
@@ -195,13 +195,19 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
         return "healthy"
     if alive:
         if stage == "stopping":
-            return "stopping"
+            return _stopping(supervisor)
         if stage in ("healthy", "unhealthy"):
             return "unhealthy"
         return f"starting ({stage})"
     if exit_info is not None and exit_info.failed:
         return "failed"
     return "stopped"
+
+
+def _stopping(supervisor: SupervisorState | None) -> str:
+    """A stopping engine, with the requests its drain still holds (the supervisor counts them)."""
+    held = supervisor.in_flight if supervisor is not None and supervisor.stage == Stage.STOPPING else None
+    return f"draining ({held} requests in flight)" if held else "stopping"
 
 
 def _journal_if_failed(manager: SystemdManager, unit_name: str, unit: UnitState) -> list[str]:

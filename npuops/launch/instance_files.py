@@ -198,7 +198,8 @@ def _unit_variables(record: InstanceRecord, spec: LaunchSpec, extras: InstanceEx
         "watchdog_sec": spec.watchdog_s,
         # The supervisor gives up on a start itself (with a diagnosis) before systemd would.
         "timeout_start_sec": record.timeout_start_s + 60,
-        "timeout_stop_sec": spec.stop_timeout_s + 15,
+        # Above the supervisor's own wait (the drain and the engine's exit): systemd kills only what is left.
+        "timeout_stop_sec": record.stop_timeout_s + 15,
         "state_directory": state_directory,
         "read_write_paths": [] if spec.service_data_root == Path("/var/lib") else [data_dir],
         "device_allow": device_allow(record.devices),
@@ -230,7 +231,9 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         devices=devices, target_kind=plan.target.kind, hardware_label=plan.target.label,
         vllm_command=tuple(spec.vllm_command), instance_dir=str(instance_dir), status_file=str(status_file),
         timeout_start_s=spec.start_timeout_s or timeout_start_sec(plan), watchdog_s=spec.watchdog_s,
-        stop_timeout_s=spec.stop_timeout_s, gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
+        # A stop first waits for the engine's drain (vLLM's --shutdown-timeout), then for its own exit.
+        stop_timeout_s=spec.stop_timeout_s + int(server.shutdown_timeout or 0),
+        gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
         prediction=dict(plan.prediction.as_dict()), perf_inputs=plan.perf.to_json(), role=extras.role,
         cluster=extras.cluster, draft_model_path=_draft_directory(server),

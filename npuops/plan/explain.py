@@ -335,10 +335,26 @@ def _environment(plan: Plan) -> Iterator[Explanation]:
                           "each replica gets its own ASCEND_RT_VISIBLE_DEVICES (see replicas)")
 
 
+def _drain(plan: Plan) -> Iterator[Explanation]:
+    timeout = plan.server.shutdown_timeout
+    if plan.options.fixed("shutdown_timeout") is not None:
+        yield Explanation("shutdown_timeout", timeout, "as asked (--drain-timeout)" + (
+            ": a stop aborts the requests in flight" if not timeout else ""))
+    elif timeout is None:
+        yield Explanation("shutdown_timeout", None, f"vllm-ascend {plan.release}'s vLLM has no --shutdown-timeout: "
+                          "a stop or restart aborts the requests in flight (0.18.0 and later drain them)")
+    else:
+        yield Explanation("shutdown_timeout", timeout,
+                          "a stop, restart or rollout lets the requests in flight finish for up to this many seconds "
+                          "(new ones are refused; vLLM's own default aborts them): twice the predicted end-to-end "
+                          f"time of the workload's answer ({plan.prediction.e2e_ms / 1000:.1f} s), within "
+                          "[30, 600] s; --drain-timeout sets it")
+
+
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _remote_code, _speculative, _additional, _environment, _calibration,
+    _remote_code, _speculative, _additional, _drain, _environment, _calibration,
 )
 
 

@@ -18,7 +18,7 @@ from npuops.plan.additional_config import AdditionalSetting, as_config, plan_add
 from npuops.plan.calibration import UNCALIBRATED, CalibrationChoice
 from npuops.plan.cluster import ClusterPlan, HcclBufferSize, hccl_buffsize_for_ep, plan_cluster
 from npuops.plan.constants import MemoryConstants, memory_constants
-from npuops.plan.environment import EnvSetting
+from npuops.plan.environment import EnvSetting, feature_available
 from npuops.plan.explain import explain
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.layout import Evaluated, Layout, Sizing, choose_layout, layout_group, perf_inputs
@@ -287,6 +287,27 @@ def _server_options(model: ModelSpec, rules: TargetRules, s: Sizing, dtype: str,
         speculative_config=spec.config() if spec else None, additional_config=as_config(additional))
 
 
+# How long a stopping engine drains by default: twice the predicted end-to-end time of the workload's answer (a
+# prediction, not a bound), within [DRAIN_MIN_S, DRAIN_MAX_S].
+DRAIN_MIN_S = 30
+DRAIN_MAX_S = 600
+
+
+def _drain_timeout(options: PlanOptions, release: str | None, prediction: Prediction) -> int | None:
+    """vLLM's --shutdown-timeout: what the operator asked, else from the prediction; None where the release's vLLM
+    has no such option (a stop then aborts what is in flight, as before)."""
+    asked = options.fixed("shutdown_timeout")
+    supported = release is None or feature_available("shutdown_timeout", release)
+    if asked is not None:
+        if asked and not supported:
+            raise BadInputError(f"--drain-timeout needs vLLM's --shutdown-timeout, which vllm-ascend {release} lacks",
+                                "drop --drain-timeout, or plan for vllm-ascend 0.18.0 or later (--vllm-ascend-version)")
+        return int(asked)
+    if not supported:
+        return None
+    return min(DRAIN_MAX_S, max(DRAIN_MIN_S, math.ceil(2 * prediction.e2e_ms / 1000)))
+
+
 def _closing_warnings(model: ModelSpec, workload: Workload, cluster: ClusterPlan | None, nodes: int,
                       prediction: Prediction) -> list[str]:
     out = []
@@ -334,8 +355,9 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     warnings += _closing_warnings(model, workload, cluster, target.nodes, prediction)
     plan = Plan(
         model=model, target=target, workload=workload, options=options, rules=rules,
-        server=_server_options(model, rules, s, dtype, layout, cluster, mode, max_model_len, max_num_seqs,
-                               moe_ep, spec, additional),
+        server=replace(_server_options(model, rules, s, dtype, layout, cluster, mode, max_model_len, max_num_seqs,
+                                       moe_ep, spec, additional),
+                       shutdown_timeout=_drain_timeout(options, release, prediction)),
         release=release, graph_mode=mode, layout=layout, replica_count=chosen.replicas, replicas=replicas,
         router=plan_router(len(replicas), options.router_policy) if cluster is None else None,
         cluster=cluster, env_settings=env_settings, hccl_buffer=buffer, memory=chosen.budget,

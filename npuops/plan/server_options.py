@@ -89,6 +89,12 @@ class ServerOptions:
     # Prefill/decode disaggregation: vLLM's KVTransferConfig of this engine (npuops.plan.disaggregation).
     kv_transfer_config: dict[str, Any] | None = vllm_option("kv-transfer-config")
     enforce_eager: bool | None = vllm_option("enforce-eager", flag=UserFlag("enforce-eager", "No graph mode."))
+    # On SIGTERM (a stop, a restart, a rollout) the engine refuses new requests and lets those in flight finish for
+    # up to this many seconds; vLLM's own default, 0, aborts them.
+    shutdown_timeout: int | None = vllm_option(
+        "shutdown-timeout", limits=Limits(minimum=0, maximum=3600), omit_when=0,
+        flag=UserFlag("drain-timeout", "Seconds a stopping engine lets the requests in flight finish (vLLM's "
+                      "--shutdown-timeout; 0 aborts them) [default: from the workload's longest answer]."))
     distributed_executor_backend: str | None = vllm_option("distributed-executor-backend")
     trust_remote_code: bool | None = vllm_option("trust-remote-code")
     # Native data parallel over several nodes: set per node (ClusterPlan.node_changes), absent elsewhere.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from npuops.httpclient import base_url
-from npuops.instance.endpoint import health_ok
+from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
@@ -241,15 +241,33 @@ class Supervisor:
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=self.record.stop_timeout_s)
-            except subprocess.TimeoutExpired:
+            if not self._wait_draining(process, time.monotonic() + self.record.stop_timeout_s):
                 self._say(f"the engine did not stop within {self.record.stop_timeout_s} s; killing it")
                 self._kill_group(signal.SIGKILL)
                 process.wait()
         # Whatever is left of the group (an EngineCore whose API server was killed) goes too.
         self._kill_group(signal.SIGKILL)
         return process.returncode
+
+    def _wait_draining(self, process: subprocess.Popen[bytes], deadline: float) -> bool:
+        """Wait for the engine to exit; meanwhile (it drains what is in flight: vLLM's --shutdown-timeout) say how
+        many requests it still holds, in the status file and to systemd. False at the deadline."""
+        said: int | None = None
+        while process.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            samples = scrape_metrics(self.url, timeout=1.0, api_key=self.child_environment().get("VLLM_API_KEY"))
+            if samples is not None:
+                held = int(sum(s.value for s in samples
+                               if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")))
+                if held != said:
+                    said = held
+                    self._state.in_flight = held
+                    self._write_status()
+                    self.notifier.stopping(f"{self.record.name}: draining ({held} requests in flight)")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=1.0)
+        return True
 
     def _lines_snapshot(self) -> list[str]:
         with self._lock:

@@ -7,16 +7,19 @@ same workload predicts within 10% of what was measured, and `--no-calibration` g
 the plain-PyTorch baseline runs the same prompts and gives vLLM/plain ratios; a URL gives the figures alone.
 Last, the launch itself (it ran the files npuops rendered): its progress in order, the plan's KV capacity equal
 to the engine's, the key required and on no command line, status/list/logs, a conflicting launch refused, and a
-clean stop on SIGTERM. The tests run in this order (one xdist group: tests/support/scheduling.py).
+stop that drains: four answers streaming when it begins all finish whole before it returns. The tests run in this
+order (one xdist group: tests/support/scheduling.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import shutil
-import signal
 import subprocess
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -270,13 +273,75 @@ def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instan
     assert clash.returncode == 3 and "already used by instance 'b'" in clash.stderr, clash.stderr
     assert clash.stderr.count("\n") == 1
 
+    # A stop drains: four answers streaming when `npuops stop` begins all finish, whole, and stop returns once
+    # they have (the plan's drain timeout, vLLM's --shutdown-timeout, is 30 s here).
+    assert "shutdown-timeout: 30" in (ws.state / "b" / "vllm.yaml").read_text()
     engine_pgid = int(ws.supervisor_state("b")["engine_pid"])  # type: ignore[call-overload]
+    streams = [StreamedAnswer(port, "sk-bench-key", f"stream {i} says", DRAIN_TOKENS) for i in range(4)]
     try:
-        instance.launcher.send_signal(signal.SIGTERM)
+        for stream in streams:
+            stream.start()
+        wait_for(lambda: all(s.chunks >= 8 for s in streams), 120, "four answers streaming")
+        stopping = ws.run("stop", "b", "--json", timeout=120)
+        stop_returned = time.monotonic()
+        for stream in streams:
+            stream.join(60)
+        assert stopping.returncode == 0 and json.loads(stopping.stdout)["ok"], stopping.stdout + stopping.stderr
+        for stream in streams:
+            assert stream.error is None and stream.finish_reason == "length", (stream.error, stream.chunks)
+            assert stream.completion_tokens == DRAIN_TOKENS  # whole, not cut
+            assert stream.ended_at is not None and stream.ended_at <= stop_returned
         assert instance.launcher.wait(timeout=60) == 0, progress[-2000:]
         assert "b stopped" in (instance.root / "launch.err").read_text()
+        # The supervisor counted what the drain still held when the stop began.
+        assert int(ws.supervisor_state("b")["in_flight"] or 0) >= 1  # type: ignore[call-overload]
         wait_for(lambda: not group_alive(engine_pgid), 10, "the engine's process group to be gone")
     finally:
         kill_group(engine_pgid)
     stopped = ws.status("b")
     assert stopped["state"] == "stopped" and not stopped["healthy"]
+
+
+# Long enough to be mid-answer when the stop begins, within the plan's max_model_len (512) with the prompt.
+DRAIN_TOKENS = 480
+
+
+class StreamedAnswer(threading.Thread):
+    """One streamed completion (ignore_eos: exactly `tokens` tokens), read chunk by chunk."""
+
+    def __init__(self, port: int, key: str, prompt: str, tokens: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.key, self.prompt, self.tokens = port, key, prompt, tokens
+        self.chunks = 0
+        self.finish_reason: str | None = None
+        self.completion_tokens: int | None = None
+        self.error: str | None = None
+        self.ended_at: float | None = None
+
+    def run(self) -> None:
+        body = json.dumps({"model": "tiny-llama", "prompt": self.prompt, "max_tokens": self.tokens,
+                           "ignore_eos": True, "temperature": 0, "stream": True,
+                           "stream_options": {"include_usage": True}}).encode()
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            connection.request("POST", "/v1/completions", body=body, headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
+            answer = connection.getresponse()
+            if answer.status != 200:
+                self.error = f"HTTP {answer.status}"
+                return
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[len("data: "):])
+                self.chunks += 1
+                for choice in chunk.get("choices") or []:
+                    self.finish_reason = choice.get("finish_reason") or self.finish_reason
+                if chunk.get("usage"):
+                    self.completion_tokens = chunk["usage"]["completion_tokens"]
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ended_at = time.monotonic()
+            connection.close()

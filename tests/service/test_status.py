@@ -55,12 +55,14 @@ CRASH_EXIT = {"code": 78, "reason": "engine-exited", "engine_returncode": 1}
     ("active", {"stage": "unhealthy"}, False, "unhealthy"),
     ("failed", {"stage": "exited", "exit": CRASH_EXIT}, False, "failed"),
     ("deactivating", {"stage": "stopping"}, False, "stopping"),
+    ("deactivating", {"stage": "stopping", "in_flight": 3}, False, "draining (3 requests in flight)"),
+    ("deactivating", {"stage": "stopping", "in_flight": 0}, False, "stopping"),
     ("inactive", {"stage": "stopping", "exit": STOPPED_EXIT}, False, "stopped"),
     ("inactive", None, False, "stopped"),
     ("inactive", {"stage": "exited", "exit": CRASH_EXIT}, False, "failed"),
     ("inactive", {"stage": "exited", "exit": {"reason": "start-timeout", "code": 1}}, False, "failed"),
-], ids=["healthy", "starting", "in-the-gate", "unhealthy", "stays-unhealthy", "failed", "stopping", "stopped",
-        "never-run", "crashed", "start-timeout"])
+], ids=["healthy", "starting", "in-the-gate", "unhealthy", "stays-unhealthy", "failed", "stopping", "draining",
+        "drained", "stopped", "never-run", "crashed", "start-timeout"])
 def test_summarize_under_systemd(tmp_path: Path, active: str, supervisor: dict[str, Any] | None, healthy: bool,
                                  expected: str) -> None:
     assert summarize(make_record(tmp_path), _unit(active), _state(supervisor), healthy) == expected
@@ -79,10 +81,12 @@ def _foreground(supervisor_pid: int | None, stage: str | None, exit_info: dict[s
     (_foreground(os.getpid(), "KV cache allocated"), False, "starting (KV cache allocated)"),
     (_foreground(os.getpid(), "unhealthy"), False, "unhealthy"),
     (_foreground(os.getpid(), "stopping", STOPPED_EXIT), False, "stopped"),
+    ({**_foreground(os.getpid(), "stopping"), "in_flight": 2}, False, "draining (2 requests in flight)"),
     (_foreground(os.getpid(), "exited", CRASH_EXIT), False, "failed"),
     (None, False, "stopped"),
     (None, True, "stopped"),  # something answers on the port, but it is not this instance's supervisor
-], ids=["healthy", "loading", "kv-cache", "unhealthy", "stopped", "crashed", "never-run", "someone-else"])
+], ids=["healthy", "loading", "kv-cache", "unhealthy", "stopped", "draining", "crashed", "never-run",
+        "someone-else"])
 def test_summarize_in_the_foreground(tmp_path: Path, supervisor: dict[str, Any] | None, healthy: bool,
                                      expected: str) -> None:
     record = make_record(tmp_path, manager=MANAGER_FOREGROUND)
