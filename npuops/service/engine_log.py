@@ -40,3 +40,17 @@ def stage_of(line: str) -> Stage | None:
 def kv_cache_tokens(line: str) -> int | None:
     match = _KV_TOKENS.search(line)
     return int(match.group(1).replace(",", "")) if match else None
+
+
+# vLLM's EngineCore on SIGTERM with --shutdown-timeout (vllm/v1/engine/core.py _handle_shutdown): how many requests
+# it drains, and when none is left.
+_DRAINING = re.compile(r"\[shutdown\] EngineCore: draining in-flight requests count=(\d+)")
+_DRAINED = re.compile(r"\[shutdown\] EngineCore: request processing complete")
+
+
+def drain_count(line: str) -> int | None:
+    """The requests a stopping engine still holds, from its own shutdown lines (0 once drained), or None."""
+    match = _DRAINING.search(line)
+    if match:
+        return int(match.group(1))
+    return 0 if _DRAINED.search(line) else None

