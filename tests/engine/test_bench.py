@@ -14,12 +14,10 @@ order (one xdist group: tests/support/scheduling.py).
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import re
 import shutil
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ import pytest
 
 from tests.support.http_server import free_port, http_request
 from tests.support.npuops_cli import npuops_argv
+from tests.support.streams import DRAIN_STREAMS, DRAIN_TOKENS, StreamedAnswer
 from tests.support.workspace import (
     PLAN_FLAGS,
     Workspace,
@@ -290,8 +289,7 @@ def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instan
             stream.join(60)
         assert stopping.returncode == 0 and json.loads(stopping.stdout)["ok"], stopping.stdout + stopping.stderr
         for stream in streams:
-            assert stream.error is None and stream.finish_reason == "length", (stream.error, stream.chunks)
-            assert stream.completion_tokens == DRAIN_TOKENS  # whole, not cut
+            assert stream.whole(), (stream.error, stream.finish_reason, stream.completion_tokens)  # not cut
             assert stream.ended_at is not None and stream.ended_at <= stop_returned
         assert instance.launcher.wait(timeout=60) == 0, progress[-2000:]
         said = (instance.root / "launch.err").read_text()
@@ -305,49 +303,3 @@ def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instan
         kill_group(engine_pgid)
     stopped = ws.status("b")
     assert stopped["state"] == "stopped" and not stopped["healthy"]
-
-
-# Long answers (within the plan's max_model_len, 512, with the prompt), many at once.
-DRAIN_TOKENS = 480
-DRAIN_STREAMS = 32
-
-
-class StreamedAnswer(threading.Thread):
-    """One streamed completion (ignore_eos: exactly `tokens` tokens), read chunk by chunk."""
-
-    def __init__(self, port: int, key: str, prompt: str, tokens: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.key, self.prompt, self.tokens = port, key, prompt, tokens
-        self.chunks = 0
-        self.finish_reason: str | None = None
-        self.completion_tokens: int | None = None
-        self.error: str | None = None
-        self.ended_at: float | None = None
-
-    def run(self) -> None:
-        body = json.dumps({"model": "tiny-llama", "prompt": self.prompt, "max_tokens": self.tokens,
-                           "ignore_eos": True, "temperature": 0, "stream": True,
-                           "stream_options": {"include_usage": True}}).encode()
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            connection.request("POST", "/v1/completions", body=body, headers={
-                "Content-Type": "application/json", "Authorization": f"Bearer {self.key}"})
-            answer = connection.getresponse()
-            if answer.status != 200:
-                self.error = f"HTTP {answer.status}"
-                return
-            for raw in answer:
-                line = raw.decode().strip()
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[len("data: "):])
-                self.chunks += 1
-                for choice in chunk.get("choices") or []:
-                    self.finish_reason = choice.get("finish_reason") or self.finish_reason
-                if chunk.get("usage"):
-                    self.completion_tokens = chunk["usage"]["completion_tokens"]
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            self.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.ended_at = time.monotonic()
-            connection.close()

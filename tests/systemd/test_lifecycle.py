@@ -1,8 +1,8 @@
 """The whole service lifecycle under real systemd as PID 1 (tests/support/systemd.py), with the real vLLM CPU engine
 and the tiny model: npuops launch installs and starts the hardened unit as the unprivileged service user; a crash
 is restarted; a hang is killed and restarted by systemd's watchdog; exec failures and the start limit are
-diagnosed; the start gate refuses what it must; status, logs and list read systemd and the journal; stop leaves
-nothing behind; a reboot brings an enabled instance back.
+diagnosed; the start gate refuses what it must; status, logs and list read systemd and the journal; stop drains
+the answers in flight and leaves nothing behind; a reboot brings an enabled instance back.
 
 The tests of a module share one booted systemd and run in order: each leaves the node as the next expects.
 """
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.http_server import free_port
+from tests.support.streams import DRAIN_STREAMS, DRAIN_TOKENS, StreamedAnswer
 from tests.support.systemd import SERVICE_USER, ServingNode
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
@@ -266,8 +267,23 @@ def test_stop_ends_the_engine_cleanly_while_another_instance_serves(serving_node
     procs = next(p for p in candidates if node.systemd.run(["cat", p]).stdout.strip())  # cgroupfs sizes are 0
     engine = engine_pid(node)
     assert str(engine) in node.systemd.check(["cat", procs]).split()
+    # The stop drains: answers streaming when it begins all finish whole before it returns (the plan's
+    # shutdown-timeout, 30 s here, with TimeoutStopSec= above the supervisor's wait).
+    assert node.systemd.unit_property(unit, "TimeoutStopUSec") == "1min 45s"
+    streams = [StreamedAnswer(port, None, f"stream {i} says", DRAIN_TOKENS) for i in range(DRAIN_STREAMS)]
+    for stream in streams:
+        stream.start()
+    wait_for("answers streaming", lambda: all(s.chunks >= 8 for s in streams), 120, poll=0.2)
     stopped = _json(node.npuops("stop", NAME, "--json"))
-    assert stopped["ok"]
+    stop_returned = time.monotonic()
+    for stream in streams:
+        stream.join(60)
+    assert stopped["ok"] and stopped["was_running"] == [unit], stopped
+    assert all(s.whole() and s.ended_at is not None and s.ended_at <= stop_returned for s in streams), [
+        (s.error, s.finish_reason, s.completion_tokens) for s in streams if not s.whole()]
+    journal = node.npuops("logs", NAME, "-n", "600").stdout
+    counts = [int(n) for n in re.findall(rf"npuops\[{NAME}\]: draining \((\d+) requests in flight\)", journal)]
+    assert counts and 1 <= counts[0] <= DRAIN_STREAMS and counts[-1] == 0, journal[-3000:]
     assert node.systemd.unit_property(unit, "ActiveState") == "inactive"
     # SIGTERM reached the engine: it shut down on its own (exit 0), not killed at the stop timeout.
     state = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json").read_text())

@@ -1,0 +1,60 @@
+"""Streamed completions read chunk by chunk from a test thread: what a client sees of a drain or a restart."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+# Long answers (within the tiny model plans' max_model_len, 512, with the prompt), many at once: enough that the
+# engine is still generating them when a stop begins (a few would be generated before their streams end).
+DRAIN_TOKENS = 480
+DRAIN_STREAMS = 32
+
+
+class StreamedAnswer(threading.Thread):
+    """One streamed completion (ignore_eos: exactly `tokens` tokens) to 127.0.0.1:`port`."""
+
+    def __init__(self, port: int, key: str | None, prompt: str, tokens: int, model: str = "tiny-llama") -> None:
+        super().__init__(daemon=True)
+        self.port, self.key, self.prompt, self.tokens, self.model = port, key, prompt, tokens, model
+        self.chunks = 0
+        self.finish_reason: str | None = None
+        self.completion_tokens: int | None = None
+        self.error: str | None = None
+        self.ended_at: float | None = None
+
+    def run(self) -> None:
+        body = json.dumps({"model": self.model, "prompt": self.prompt, "max_tokens": self.tokens,
+                           "ignore_eos": True, "temperature": 0, "stream": True,
+                           "stream_options": {"include_usage": True}}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            connection.request("POST", "/v1/completions", body=body, headers=headers)
+            answer = connection.getresponse()
+            if answer.status != 200:
+                self.error = f"HTTP {answer.status}"
+                return
+            for raw in answer:
+                line = raw.decode().strip()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[len("data: "):])
+                self.chunks += 1
+                for choice in chunk.get("choices") or []:
+                    self.finish_reason = choice.get("finish_reason") or self.finish_reason
+                if chunk.get("usage"):
+                    self.completion_tokens = chunk["usage"]["completion_tokens"]
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ended_at = time.monotonic()
+            connection.close()
+
+    def whole(self) -> bool:
+        """The answer arrived complete: every token asked for, ended by its length."""
+        return self.error is None and self.finish_reason == "length" and self.completion_tokens == self.tokens
