@@ -34,6 +34,7 @@ from npuops.instance.endpoint import health_ok
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
+from npuops.instance.router_admin import RouterChange, join_router, leave_router
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.service.diagnosis import diagnose
 from npuops.service.engine_log import drain_count, kv_cache_tokens, stage_of
@@ -252,6 +253,14 @@ class Supervisor:
         self._kill_group(signal.SIGKILL)
         return process.returncode
 
+    def _router_change(self, change: Callable[[InstanceRecord, str | None], RouterChange | None]) -> None:
+        """A replica behind a router on this host leaves it before its drain and joins it once healthy."""
+        if not self.record.behind:
+            return
+        done = change(self.record, self.child_environment().get("VLLM_API_KEY"))
+        if done is not None:
+            self._say(done.message)
+
     def _count_in_flight(self, held: int) -> None:
         """What a stopping engine still holds (its own shutdown lines say: vLLM's --shutdown-timeout drains them),
         in the status file (`npuops status`: "draining (N requests in flight)"), to systemd and the journal."""
@@ -300,6 +309,8 @@ class Supervisor:
             if self._stop.is_set():
                 self.notifier.stopping(f"{self.record.name}: stopping")
                 self._set_stage(Stage.STOPPING)
+                # No new request from the router, then the drain finishes what the replica holds.
+                self._router_change(leave_router)
                 code = self._stop_engine()
                 return self._finish(Outcome(0, "stopped", code))
             if self._hang_signal.is_set():
@@ -328,6 +339,7 @@ class Supervisor:
                     self._set_stage(Stage.HEALTHY, f"{self.url} answers {self.record.health_path} after "
                                                    f"{self._elapsed():.0f} s")
                     self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
+                    self._router_change(join_router)
                     if self.options.on_ready is not None:
                         self.options.on_ready()
                 elif self._state.stage == Stage.UNHEALTHY:

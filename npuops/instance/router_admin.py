@@ -1,0 +1,95 @@
+"""A replica's place in the router in front of it: taken out before its engine drains, put back once it is healthy.
+
+vllm-router 0.1.17's worker API (answers recorded in tests/fixtures/router/worker-api.txt): `POST
+/remove_worker?url=URL` ("Successfully removed worker: URL", 200, also for a URL it does not hold), `POST
+/add_worker?url=URL` (200, or 400 "Worker URL already exists") and `GET /list_workers` (`{"urls": [...]}`). A
+replica out of the router gets no new request, so its drain (vLLM's --shutdown-timeout) only finishes what it has,
+and the router's health checker never has to notice it going away. The router is this host's: over a group, a
+replica on another host has no router record here and is left to the router's own health checks.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from dataclasses import dataclass
+
+from npuops.errors import BadInputError, ConfigError
+from npuops.httpclient import base_url, http_request
+from npuops.instance.record import InstanceRecord, load_record
+
+ROUTER_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class RouterChange:
+    """What the router answered (`done`: it holds, or no longer holds, the replica as asked) and a line to log."""
+
+    done: bool
+    message: str
+
+
+def replica_url(record: InstanceRecord, router: InstanceRecord) -> str:
+    """The replica's URL as its router knows it (one of the router's backends)."""
+    own = base_url(record.host, record.port)
+    return next((url for url in router.backends if url.rstrip("/") == own), own)
+
+
+def router_of(record: InstanceRecord) -> InstanceRecord | None:
+    """The router record in front of a replica on this host, or None (not behind one, or the router's host is
+    another: over a group)."""
+    if not record.behind:
+        return None
+    try:
+        router = load_record(record.directory.parent, record.behind)
+    except (BadInputError, ConfigError):
+        return None
+    return router if router.is_router else None
+
+
+def worker_urls(body: bytes) -> list[str] | None:
+    """The URLs of `GET /list_workers`'s answer, or None when it is not that answer (pure)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    urls = data.get("urls") if isinstance(data, dict) else None
+    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else None
+
+
+def _ask(router: InstanceRecord, verb: str, url: str, api_key: str | None) -> tuple[int, str] | None:
+    query = urllib.parse.urlencode({"url": url})
+    answer = http_request(f"{base_url(router.host, router.port)}/{verb}?{query}", data={}, timeout=ROUTER_TIMEOUT_S,
+                          api_key=api_key)
+    if answer is None:
+        return None
+    return answer[0], answer[1].decode("utf-8", "replace").strip()
+
+
+def leave_router(record: InstanceRecord, api_key: str | None) -> RouterChange | None:
+    """Take the replica out of its router (None: it has none here)."""
+    router = router_of(record)
+    if router is None:
+        return None
+    url = replica_url(record, router)
+    answer = _ask(router, "remove_worker", url, api_key)
+    if answer is None:
+        return RouterChange(False, f"router {router.name} did not answer (not running?): its health checks take "
+                                   f"{url} out")
+    status, text = answer
+    return RouterChange(status == 200, f"out of router {router.name} ({text or status})")
+
+
+def join_router(record: InstanceRecord, api_key: str | None) -> RouterChange | None:
+    """Put the replica (back) into its router (None: it has none here). Already there counts as done."""
+    router = router_of(record)
+    if router is None:
+        return None
+    url = replica_url(record, router)
+    answer = _ask(router, "add_worker", url, api_key)
+    if answer is None:
+        return RouterChange(False, f"router {router.name} did not answer (not running yet?): it starts with {url} "
+                                   "in its --worker-urls")
+    status, text = answer
+    already = status == 400 and "already exists" in text
+    return RouterChange(status == 200 or already, f"in router {router.name} ({text or status})")
