@@ -38,7 +38,9 @@ def replica_url(record: InstanceRecord, router: InstanceRecord) -> str:
 def router_of(record: InstanceRecord) -> InstanceRecord | None:
     """The router record in front of a replica on this host, or None (not behind one, or the router's host is
     another: over a group)."""
-    if not record.behind:
+    if not record.behind or record.pd_role is not None:
+        # A prefill or decode engine is one of the PD router's two pools (--prefill/--decode): its worker API
+        # would put it back as a plain worker, so the PD router's own health checks keep it.
         return None
     try:
         router = load_record(record.directory.parent, record.behind)

@@ -107,6 +107,8 @@ def test_no_router_here_or_none_answering(routed: tuple[list, int], tmp_path: Pa
 
     alone = replace(r1, behind=None)
     assert leave_router(alone, None) is None and join_router(alone, None) is None
+    prefill = replace(r1, pd_role="prefill")  # one of a PD router's pools: left to its health checks
+    assert leave_router(prefill, None) is None and join_router(prefill, None) is None
     (Path(router.directory) / "instance.json").unlink()  # the router on another host: no record here
     assert leave_router(r1, None) is None
 
