@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 import time
 
@@ -58,3 +59,14 @@ class StreamedAnswer(threading.Thread):
     def whole(self) -> bool:
         """The answer arrived complete: every token asked for, ended by its length."""
         return self.error is None and self.finish_reason == "length" and self.completion_tokens == self.tokens
+
+
+def drained_as_the_engine_said(engine_log: str, supervisor_log: str, name: str) -> bool:
+    """The supervisor's "draining (N requests in flight)" lines agree with the engine's own shutdown lines: the
+    count vLLM drains first, none at the end; nothing said when the engine had nothing left to generate."""
+    engine = [int(n) for n in re.findall(r"draining in-flight requests count=(\d+)", engine_log)]
+    said = [int(n) for n in re.findall(rf"npuops\[{re.escape(name)}\]: draining \((\d+) requests in flight\)",
+                                       supervisor_log)]
+    if not engine:
+        return said == []
+    return said[:1] == engine[:1] and said[-1] == 0 and 1 <= engine[0] <= DRAIN_STREAMS

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.http_server import free_port
-from tests.support.streams import DRAIN_STREAMS, DRAIN_TOKENS, StreamedAnswer
+from tests.support.streams import DRAIN_STREAMS, DRAIN_TOKENS, StreamedAnswer, drained_as_the_engine_said
 from tests.support.systemd import SERVICE_USER, ServingNode
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
@@ -281,9 +281,8 @@ def test_stop_ends_the_engine_cleanly_while_another_instance_serves(serving_node
     assert stopped["ok"] and stopped["was_running"] == [unit], stopped
     assert all(s.whole() and s.ended_at is not None and s.ended_at <= stop_returned for s in streams), [
         (s.error, s.finish_reason, s.completion_tokens) for s in streams if not s.whole()]
-    journal = node.npuops("logs", NAME, "-n", "600").stdout
-    counts = [int(n) for n in re.findall(rf"npuops\[{NAME}\]: draining \((\d+) requests in flight\)", journal)]
-    assert counts and 1 <= counts[0] <= DRAIN_STREAMS and counts[-1] == 0, journal[-3000:]
+    journal = node.npuops("logs", NAME, "-n", "800").stdout  # the engine's lines and the supervisor's
+    assert drained_as_the_engine_said(journal, journal, NAME), journal[-3000:]
     assert node.systemd.unit_property(unit, "ActiveState") == "inactive"
     # SIGTERM reached the engine: it shut down on its own (exit 0), not killed at the stop timeout.
     state = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json").read_text())

@@ -147,23 +147,31 @@ def _workers(port: int) -> list[str]:
 def test_a_replica_down_leaves_the_router_serving_and_its_watchdog_quiet(serving_node: ServingNode,
                                                                          port: int) -> None:
     """A stopped replica first leaves the router (its supervisor, through the router's worker API), so the router
-    sends it nothing while it drains. One that goes away without leaving (re-added by hand here, as after a crash)
-    makes vllm-router's own /health answer 503 once its checks take it out: the router's supervisor must not
-    take that for a dead router (it would withhold the watchdog pings and systemd would kill the endpoint)."""
+    sends it nothing while it drains, and joins it again once healthy. One that goes away without leaving (killed
+    whole here, its restart cancelled) makes vllm-router's own /health answer 503 once its checks take it out: the
+    router's supervisor must not take that for a dead router (it would withhold the watchdog pings and systemd
+    would kill the endpoint)."""
     node = serving_node
     replica, router = f"npuops-{NAME}-r1.service", f"npuops-{NAME}-router.service"
-    r1_url = f"http://127.0.0.1:{port + 2}"
-    assert r1_url in _workers(port)
+    r0_url, r1_url = f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}"
+    assert sorted(_workers(port)) == [r0_url, r1_url]
     router_restarts = int(node.systemd.unit_property(router, "NRestarts"))
     node.systemd.check(["systemctl", "stop", replica], timeout=120)
     try:
-        assert _workers(port) == [f"http://127.0.0.1:{port + 1}"]  # out before its drain began
+        assert _workers(port) == [r0_url]  # out before its drain began
         assert _run_requests(port, 8) == [200] * 8
         journal = node.systemd.check(["journalctl", "-u", replica, "-n", "200", "--no-pager"])
         assert f"npuops[{NAME}-r1]: out of router {NAME} (Successfully removed worker: {r1_url})" in journal, journal
-        # As if it had crashed: back in the router's list, down.
-        added = http_request(f"http://127.0.0.1:{port}/add_worker?url={r1_url}", data={}, timeout=10, api_key=KEY)
-        assert added is not None and added[0] == 200, added
+    finally:
+        node.systemd.check(["systemctl", "start", replica], timeout=300)
+    wait_for("r1 back in the router", lambda: sorted(_workers(port)) == [r0_url, r1_url], 400, poll=3)
+    wait_for("all healthy again", lambda: status(node, NAME)["state"] == "healthy", 400, poll=3)
+
+    # Gone without leaving: every process of the unit killed, the restart cancelled before RestartSec=.
+    node.systemd.check(["systemctl", "kill", "--signal=SIGKILL", replica])
+    node.systemd.check(["systemctl", "stop", replica], timeout=120)
+    try:
+        assert sorted(_workers(port)) == [r0_url, r1_url]  # nobody told the router
         wait_for("the router takes r1 out (its /health answers 503)", lambda: _router_health(port) == 503, 60)
         out_since = time.time()
         state_file = node.systemd.root / f"var/lib/npuops-{NAME}/supervisor.json"
@@ -182,8 +190,10 @@ def test_a_replica_down_leaves_the_router_serving_and_its_watchdog_quiet(serving
     finally:
         node.systemd.check(["systemctl", "start", replica], timeout=300)
     wait_for("all healthy again", lambda: status(node, NAME)["state"] == "healthy", 400, poll=3)
-    # Healthy again, the replica joined the router (it was there already: the router said so, and that is done).
-    assert sorted(_workers(port)) == [f"http://127.0.0.1:{port + 1}", r1_url]
+    # Healthy again, it joined the router: already there (the router only took it out), which counts as done.
+    journal = node.systemd.check(["journalctl", "-u", replica, "-n", "200", "--no-pager"])
+    assert f"npuops[{NAME}-r1]: in router {NAME} (Worker {r1_url} already exists)" in journal, journal[-3000:]
+    assert sorted(_workers(port)) == [r0_url, r1_url]
 
 
 def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: ServingNode, port: int) -> None:
