@@ -59,39 +59,37 @@ def worker_urls(body: bytes) -> list[str] | None:
     return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else None
 
 
-def _ask(router: InstanceRecord, verb: str, url: str, api_key: str | None) -> tuple[int, str] | None:
+# How a replica leaves or joins: the worker API's verb, what is logged when the router answered, and when not.
+_CHANGES = {
+    "leave": ("remove_worker", "out of router {router} ({answer})",
+              "router {router} did not answer (not running?): its health checks take {url} out"),
+    "join": ("add_worker", "in router {router} ({answer})",
+             "router {router} did not answer (not running yet?): it starts with {url} in its --worker-urls"),
+}
+
+
+def _change(record: InstanceRecord, how: str, api_key: str | None) -> RouterChange | None:
+    router = router_of(record)
+    if router is None:
+        return None
+    verb, said, unanswered = _CHANGES[how]
+    url = replica_url(record, router)
     query = urllib.parse.urlencode({"url": url})
     answer = http_request(f"{base_url(router.host, router.port)}/{verb}?{query}", data={}, timeout=ROUTER_TIMEOUT_S,
                           api_key=api_key)
     if answer is None:
-        return None
-    return answer[0], answer[1].decode("utf-8", "replace").strip()
+        return RouterChange(False, unanswered.format(router=router.name, url=url))
+    status, text = answer[0], answer[1].decode("utf-8", "replace").strip()
+    # Joining a router that already holds it (it only took the replica out after a crash) is done as well.
+    done = status == 200 or (how == "join" and status == 400 and "already exists" in text)
+    return RouterChange(done, said.format(router=router.name, answer=text or status))
 
 
 def leave_router(record: InstanceRecord, api_key: str | None) -> RouterChange | None:
     """Take the replica out of its router (None: it has none here)."""
-    router = router_of(record)
-    if router is None:
-        return None
-    url = replica_url(record, router)
-    answer = _ask(router, "remove_worker", url, api_key)
-    if answer is None:
-        return RouterChange(False, f"router {router.name} did not answer (not running?): its health checks take "
-                                   f"{url} out")
-    status, text = answer
-    return RouterChange(status == 200, f"out of router {router.name} ({text or status})")
+    return _change(record, "leave", api_key)
 
 
 def join_router(record: InstanceRecord, api_key: str | None) -> RouterChange | None:
-    """Put the replica (back) into its router (None: it has none here). Already there counts as done."""
-    router = router_of(record)
-    if router is None:
-        return None
-    url = replica_url(record, router)
-    answer = _ask(router, "add_worker", url, api_key)
-    if answer is None:
-        return RouterChange(False, f"router {router.name} did not answer (not running yet?): it starts with {url} "
-                                   "in its --worker-urls")
-    status, text = answer
-    already = status == 400 and "already exists" in text
-    return RouterChange(status == 200 or already, f"in router {router.name} ({text or status})")
+    """Put the replica (back) into its router (None: it has none here)."""
+    return _change(record, "join", api_key)
