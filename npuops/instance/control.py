@@ -23,6 +23,8 @@ from npuops.instance.record import (
     scan_records,
 )
 
+_STOPPED_STATES = ("inactive", "failed")
+
 
 def port_taken(host: str, port: int) -> bool:
     """Whether something else holds host:port right now (a bind test, as the engine itself will do)."""
@@ -94,7 +96,7 @@ def _stop_units(record: InstanceRecord, manager: SystemdManager) -> bool:
         raise UsageError(f"cannot stop {record.unit}: {reason}", "stop it where it runs")
     for unit in reversed(record.units):
         manager.stop(unit, timeout=record.stop_timeout_s + 30)
-    return all(manager.state(unit).active_state in ("inactive", "failed") for unit in record.units)
+    return all(manager.state(unit).active_state in _STOPPED_STATES for unit in record.units)
 
 
 def recent_logs(record: InstanceRecord, manager: SystemdManager, lines: int) -> dict[str, list[str]]:
@@ -184,9 +186,6 @@ def find_instance(state_dir: Path, name: str, manager: SystemdManager) -> Instan
     return InstanceOnNode(name, record, parts, (*accounted, *orphans), orphans)
 
 
-_STOPPED_STATES = ("inactive", "failed")
-
-
 def running_parts(instance: InstanceOnNode, manager: SystemdManager) -> tuple[str, ...]:
     """What of the instance runs now: its active (or activating, restarting, stopping) units and, by name, its
     foreground runs whose supervisor is alive."""
@@ -205,7 +204,10 @@ def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOut
     """`npuops stop NAME`: every part its records name, then every unit of NAME in the unit directory that no
     readable record accounted for (a replica whose record is damaged still holds its chips)."""
     instance = find_instance(state_dir, name, manager)
-    was_running = running_parts(instance, manager)
+    return _stop(instance, manager, running_parts(instance, manager))
+
+
+def _stop(instance: InstanceOnNode, manager: SystemdManager, was_running: tuple[str, ...]) -> StopOutcome:
     stopped = stop_instance(instance.record, manager) if instance.record is not None else True
     if instance.orphans:
         reason = manager.unavailable_reason()
@@ -215,7 +217,6 @@ def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOut
             manager.stop(unit)
         stopped = stopped and all(manager.state(u).active_state in _STOPPED_STATES for u in instance.orphans)
     return StopOutcome(stopped, instance.orphans, was_running)
-
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force
     if running and not force:
         raise BadInputError(f"{name} is running ({', '.join(running)})",
                             f"stop it first (`npuops stop {name}`), or `npuops remove {name} --force`")
-    stopped = stop_by_name(state_dir, name, manager) if running else None
+    stopped = _stop(instance, manager, running) if running else None
     if stopped is not None and not stopped.stopped:
         raise ServiceManagerError(f"{name} did not stop, so it stays installed",
                                   f"see `npuops status {name}` and `npuops logs {name}`, then remove it again")

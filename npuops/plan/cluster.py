@@ -186,10 +186,6 @@ class ClusterPlan:
         }
 
 
-def _gb(n: float) -> str:
-    return human_bytes(n)
-
-
 def _expert_parallel_cluster(model: ModelSpec, rules: AscendRules, workload: Workload, s: Sizing, mode: str,
                              fixed_tp: int | None, required: int, c: MemoryConstants
                              ) -> tuple[Evaluated, ClusterPlan] | None:
@@ -219,7 +215,7 @@ def _expert_parallel_cluster(model: ModelSpec, rules: AscendRules, workload: Wor
         f"MoE over {target.nodes} nodes: data parallel {dp} x TP {tp} with expert parallel over all {total} devices: "
         f"the {arch.num_experts} routed experts ({fraction:.0%} of the weights) spread whole, "
         f"{math.ceil(arch.num_experts / total)} per device, and attention is split by TP={tp} inside a node, "
-        f"{_gb(ev.budget.weights_bytes)} of weights per device; vLLM's native --data-parallel-* engine with "
+        f"{human_bytes(ev.budget.weights_bytes)} of weights per device; vLLM's native --data-parallel-* engine with "
         "--headless followers, no Ray"
     )
     rejected = ("ray (TP x PP across nodes): for MoE, data + expert parallel spreads the experts whole and keeps "
@@ -237,7 +233,8 @@ def _ray_cluster(model: ModelSpec, rules: TargetRules, strategy: str, chosen: Ev
     if rules.engine_per_host:
         why = f"one engine process per CPU host: {layout.pp} pipeline stages over {nodes_used} hosts, placed by Ray"
     else:
-        why = (f"{_gb(s.weight_bytes)} of weights need {layout.chips} devices, more than one node's {per_node}: "
+        why = (f"{human_bytes(s.weight_bytes)} of weights need {layout.chips} devices, more than one node's "
+               f"{per_node}: "
                f"TP={layout.tp} inside each node keeps the per-layer all-reduces on the node's own links and "
                f"PP={layout.pp} stages over {nodes_used} nodes pass only activations between nodes; Ray places the "
                "workers and the head's vllm serve drives them")
@@ -268,7 +265,7 @@ def _dense_dp_cluster(rules: TargetRules, strategy: str, chosen: Evaluated, s: S
     if rules.engine_per_host:
         why = f"one engine per CPU host: {dp} data-parallel ranks behind the leader's endpoint"
     else:
-        why = (f"{_gb(s.weight_bytes)} of weights fit {layout.chips} device(s): {dp} independent engine ranks "
+        why = (f"{human_bytes(s.weight_bytes)} of weights fit {layout.chips} device(s): {dp} independent engine ranks "
                f"({ranks_per_node} per node, TP={layout.tp}) behind one endpoint with vLLM's native data parallel; "
                "the leader's API server spreads requests and the other nodes run --headless")
     cluster = ClusterPlan("dp", target.nodes, per_node, layout.tp, layout.pp, dp, ranks_per_node, False, None, why,

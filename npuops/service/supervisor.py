@@ -245,7 +245,10 @@ class Supervisor:
         if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
-            if not self._wait_draining(process, time.monotonic() + self.record.stop_timeout_s):
+            try:
+                # The record's stop timeout holds the drain (vLLM's --shutdown-timeout), then the engine's exit.
+                process.wait(timeout=self.record.stop_timeout_s)
+            except subprocess.TimeoutExpired:
                 self._say(f"the engine did not stop within {self.record.stop_timeout_s} s; killing it")
                 self._kill_group(signal.SIGKILL)
                 process.wait()
@@ -270,15 +273,6 @@ class Supervisor:
         self._write_status()
         self.notifier.stopping(f"{self.record.name}: draining ({held} requests in flight)")
         self._say(f"draining ({held} requests in flight)")
-
-    def _wait_draining(self, process: subprocess.Popen[bytes], deadline: float) -> bool:
-        """Wait for the engine to exit (it first drains what is in flight); False at the deadline."""
-        while process.poll() is None:
-            if time.monotonic() >= deadline:
-                return False
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=1.0)
-        return True
 
     def _lines_snapshot(self) -> list[str]:
         with self._lock:
