@@ -191,7 +191,9 @@ def test_three_hosts_in_parallel_one_unreachable_then_all_converge(ssh_fleet: St
     assert {name: h["status"] for name, h in hosts.items()} == {h1: "ok", h2: "ok", h3: "unreachable"}, hosts
     dead = hosts[h3]
     assert dead["message"] and fleet.host(h3).address in dead["message"], dead
-    assert "Connection refused" in dead["message"], dead
+    # ssh's own cause: refused, or (when a connection multiplexed from the step before outlived the killed sshd,
+    # as a CI run saw) a broken pipe on it.
+    assert "Connection refused" in dead["message"] or "Broken pipe" in dead["message"], dead
     assert dead["versions"] == {} and dead["changed"] == 0, dead
     for name in (h1, h2):
         assert_converged(fleet, name, hosts[name], fresh=True)
