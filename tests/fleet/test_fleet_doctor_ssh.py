@@ -26,7 +26,7 @@ from npuops.errors import NpuopsError
 from npuops.fleet.facts import FIX_UNREACHABLE
 from tests.support.captures import capture
 from tests.support.paths import REPO
-from tests.support.ssh_hosts import TestFleet
+from tests.support.ssh_hosts import TestFleet, cut_off
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,7 @@ def test_unreachable_host_is_a_row_with_the_fix(ssh_fleet: StartFleet, tmp_path:
     assert f"CANN toolkit: no majority: 8.2.RC1 on {h3}; 8.3.RC2 on {h1}" in text
     assert "Hosts without a report:" in text
     dead = next(line for line in lines if line.startswith(f"  {h2}: unreachable: "))
-    assert "Connection refused" in dead and fleet.host(h2).address in dead
+    assert cut_off(dead) and fleet.host(h2).address in dead
     assert lines[lines.index(dead) + 1].strip() == f"fix: {FIX_UNREACHABLE}"
     assert "FAIL device-nodes on all 2 hosts: missing device nodes" in text  # reported hosts, with fixes
     assert "FAILED: 3 host(s) at level 1 (2 checks-failed, 1 unreachable)" in text

@@ -76,6 +76,14 @@ GUARD_ROUTE_METRIC = 4242
 PACKAGES = {SSHD: "openssh-server", "ssh": "openssh-server", "ssh-keygen": "openssh-server", "ip": "iproute2",
             "unshare": "util-linux", "nsenter": "util-linux", "/usr/bin/python3": "python3"}
 REQUIRE_ENV = "NPUOPS_REQUIRE_FLEET"  # "1": the fixture fails instead of skipping when fleets cannot start
+# What ssh says of a host whose sshd was killed: refused, or, on a ControlPersist connection left from the run
+# before, a broken pipe (runs J and K). Either is at once; a host that does not answer would say "timed out".
+CUT_OFF_CAUSES = ("Connection refused", "Broken pipe")
+
+
+def cut_off(message: str) -> bool:
+    """ssh's message says the host's sshd is gone (not that it timed out)."""
+    return any(cause in message for cause in CUT_OFF_CAUSES) and "timed out" not in message
 
 # Pid 1 of each host: reaps whatever is orphaned on the host (a daemon a playbook started, a killed sshd's
 # sessions) as an init does, and keeps the host's namespaces alive.
