@@ -121,12 +121,10 @@ def _request(ctx: click.Context, flags: dict[str, Any], tuned_file: Path | None)
         return request_from_flags(flags)
     from click.core import ParameterSource
 
-    from npuops.bench.tuned import read_tuned, request_as_flags
-    from npuops.plan.inputs import PlanRequest
+    from npuops.bench.tuned import read_tuned
 
-    tuned = read_tuned(tuned_file)
     given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
-    return PlanRequest.from_flags(given.pop("model", None) or tuned.model, {**request_as_flags(tuned), **given})
+    return read_tuned(tuned_file).with_flags(given)
 
 
 def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, output: Path | None, verify: bool,
@@ -176,9 +174,15 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
                                            as_json=as_json, notes=prepared.notes, environ=dict(os.environ),
                                            verify=verify, golden=golden))
     assert manager is not None
+    from npuops.instance.revisions import LaunchOrigin
+
+    # Kept as the instance's next revision: `npuops rollout` changes it from here, `--undo` comes back to it.
+    origin = LaunchOrigin(request.to_json(), choices.to_json(), "launch",
+                          (f"launch of {request.model}" + (f" ({request.pd} disaggregated)" if request.pd else ""),))
     return int(local.launch_service(prepared.instances, settings, manager, api_key=prepared.api_key,
                                     as_json=as_json, notes=prepared.notes, service_user=choices.service_user,
-                                    supervisor=prepared.spec.npuops_command[0], verify=verify, golden=golden))
+                                    supervisor=prepared.spec.npuops_command[0], verify=verify, golden=golden,
+                                    origin=origin))
 
 
 def _print_dry_run(written: dict[str, list[str]], notes: list[str], plan: Any, as_json: bool, state_dir: Path,

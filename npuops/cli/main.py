@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("npuops.cli.plan_cmd:plan", "Work out a tuned vLLM configuration for a model."),
     "models": ("npuops.cli.models_cmd:models", "The model catalog plan knows by name."),
     "launch": ("npuops.cli.launch_cmd:launch", "Run vLLM as a supervised, health-gated service."),
+    "rollout": ("npuops.cli.rollout_cmd:rollout", "Switch an instance to a new revision replica by replica."),
     "run": ("npuops.cli.run_cmd:run", "Supervise an instance's engine (what its unit runs)."),
     "status": ("npuops.cli.service_cmds:status", "State, health and live figures of launched instances."),
     "list": ("npuops.cli.service_cmds:list_", "The instances launched on this node."),

@@ -83,6 +83,16 @@ def plan_flags_model_optional(func: F) -> F:
     return func
 
 
+def plan_override_flags(func: F) -> F:
+    """The plan flags without MODEL, plus --model DIR: what a rollout changes of the revision serving now."""
+    decorators: list[Callable[[F], F]] = [
+        click.option("--model", help="The new model directory (it keeps serving under the name clients use)."),
+        *PLAN_FLAGS[1:]]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
 def request_from_flags(flags: dict[str, Any]) -> PlanRequest:
     """The request from a command's plan flags."""
     return PlanRequest.from_flags(flags["model"], flags)

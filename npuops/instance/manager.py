@@ -164,6 +164,10 @@ class SystemdManager:
     def start(self, unit: str) -> None:
         self._checked("start", "--no-block", unit)
 
+    def reset_failed(self, unit: str) -> None:
+        """Forget the unit's failed state and its start-rate count (a deliberate restart is no crash loop)."""
+        self._run("reset-failed", unit)
+
     def stop(self, unit: str, timeout: float | None = None) -> None:
         self._checked("stop", unit, timeout=timeout)
 

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -46,6 +47,12 @@ NPU_GROUP = "HwHiAiUser"
 RECORD_FILE = "instance.json"
 STATUS_FILE = "supervisor.json"
 ENGINE_LOG_FILE = "engine.log"
+# An instance's revisions (npuops.instance.revisions): the history, each revision's files, a rollout in progress,
+# and the mark of a replica a rollout holds out of its router.
+REVISIONS_FILE = "revisions.json"
+REVISIONS_DIR = "revisions"
+ROLLOUT_FILE = "rollout.json"
+HOLD_FILE = "rollout-hold"
 
 MANAGER_SYSTEMD = "systemd"
 MANAGER_FOREGROUND = "foreground"
@@ -119,6 +126,9 @@ class InstanceRecord:
     kv_port: int | None = None
     kv_port_span: int = 0
     kv_shared_path: str | None = None
+    # The revision of the instance these files are (npuops.instance.revisions): 1 for a launch, then one more for
+    # each rollout; 0 from an npuops that kept no revisions.
+    revision: int = 0
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 
@@ -245,7 +255,7 @@ class InstanceRecord:
 _PORTS = (1, 65535)
 _RANGES: dict[str, tuple[float, float]] = {
     "port": _PORTS, "metrics_port": _PORTS, "kv_port": _PORTS, "kv_port_span": (0, 65535),
-    "timeout_start_s": (0, 10**7), "watchdog_s": (0, 10**7), "stop_timeout_s": (0, 10**7),
+    "timeout_start_s": (0, 10**7), "watchdog_s": (0, 10**7), "stop_timeout_s": (0, 10**7), "revision": (0, 10**9),
     "gpu_memory_utilization": (0, 1), "devices": (0, MAX_DEVICES - 1), "created_at": (0, 10**11),
 }
 
@@ -313,8 +323,9 @@ def load_record(state_dir: Path, name: str) -> InstanceRecord:
 def remove_instance_dir(state_dir: Path, name: str) -> None:
     """An instance's directory (record, config, env file) once no launch installs it any more."""
     directory = state_dir / validate_instance_name(name)
-    for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE):
+    for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE, REVISIONS_FILE, ROLLOUT_FILE, HOLD_FILE):
         (directory / entry).unlink(missing_ok=True)
+    shutil.rmtree(directory / REVISIONS_DIR, ignore_errors=True)  # earlier revisions' env files hold the key too
     with contextlib.suppress(OSError):
         directory.rmdir()  # only when nothing else (an operator's file) is left in it
 

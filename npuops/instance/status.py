@@ -32,7 +32,9 @@ from npuops.instance.record import (
     read_status,
     scan_records,
 )
+from npuops.instance.revisions import rollout_in_progress
 from npuops.instance.state import Diagnosis, Stage, SupervisorExit, SupervisorState
+from npuops.textout import wrapped
 from npuops.wire import WireObject
 
 INSTANCE_STATUS = "instance status"
@@ -108,6 +110,10 @@ class InstanceStatus:
     pd_role: str | None = None
     # What the operator should know every time they look (a unit that runs as root).
     warnings: tuple[str, ...] = ()
+    # The revision this part serves (npuops.instance.revisions; 0: launched before npuops kept them) and, on the
+    # instance itself, the rollout under way.
+    revision: int = 0
+    rollout: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -136,6 +142,8 @@ class InstanceStatus:
             data["pd_role"] = self.pd_role
         if self.warnings:
             data["warnings"] = list(self.warnings)
+        data["revision"] = self.revision
+        data["rollout"] = self.rollout
         data["state"] = self.state
         return data
 
@@ -163,6 +171,7 @@ class InstanceStatus:
             last_bench=dict(bench.data) if (bench := status.opt_obj("last_bench")) is not None else None,
             pd_role=status.opt_text("pd_role"),
             warnings=status.texts("warnings"),
+            revision=status.integer("revision"), rollout=status.opt_text("rollout"),
         )
 
 
@@ -283,6 +292,9 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
         previous_exit=supervisor.previous_exit if supervisor is not None else None,
         last_bench=bench_headline(report) if (report := last_bench(record)) is not None else None,
         warnings=record_warnings(record),
+        revision=record.revision,
+        rollout=progress.describe() if (progress := rollout_in_progress(Path(record.instance_dir).parent,
+                                                                         record.name)) else None,
     )
 
 
@@ -379,6 +391,10 @@ def render_status_text(status: InstanceStatus) -> str:
                           f"  fix       {status.diagnosis.fix}"])
     lines = [f"{status.name}: {status.state}  ({status.model} on {status.url})"]
     lines += [f"  warning   {warning}" for warning in status.warnings]
+    if status.revision:
+        lines.append(f"  revision  {status.revision}")
+    if status.rollout:
+        lines.append(wrapped(status.rollout, "  rollout   "))
     unit = status.unit_state
     if unit:
         restarts = f", {unit.restarts} restart(s)" if unit.restarts else ""
@@ -456,6 +472,7 @@ def _router_lines(status: InstanceStatus) -> list[str]:
         routed = "out (health checks fail)" if seen.get("healthy") is False else (
             "out (circuit open)" if seen.get("circuit_open") else "in")
         pool = f"{part.pd_role} " if part.pd_role else ""
-        lines.append(f"  {part.name:<9} {pool}{part.state} on {part.url}: {routed}, "
+        revision = f", revision {part.revision}" if part.revision else ""
+        lines.append(f"  {part.name:<9} {pool}{part.state} on {part.url}: {routed}{revision}, "
                      f"{_fmt(seen.get('requests'), digits=0)} request(s) routed, {kv}")
     return lines

@@ -35,6 +35,7 @@ from npuops.instance.record import (
     remove_instance_dir,
     write_status,
 )
+from npuops.instance.revisions import LaunchOrigin
 from npuops.instance.state import Diagnosis, Stage, SupervisorState
 from npuops.launch.install import (
     check_ports_free,
@@ -46,6 +47,7 @@ from npuops.launch.install import (
     write_instance,
 )
 from npuops.launch.instance_files import InstanceFiles
+from npuops.launch.revision_store import keep_revision, next_revision, with_revision
 from npuops.service.gate import refusal_status, render_gate_text, run_gate
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
@@ -264,12 +266,20 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
 
 def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
                    api_key: str | None, as_json: bool, notes: Sequence[str], service_user: str,
-                   supervisor: str | None = None, verify: bool = False, golden: Path | None = None) -> ExitCode:
+                   supervisor: str | None = None, verify: bool = False, golden: Path | None = None,
+                   origin: LaunchOrigin | None = None) -> ExitCode:
     """Install and start each instance's unit, following it until its endpoint answers. `supervisor`: the npuops
-    executable the units run (checked, like vllm and the model, for what the service user can reach)."""
+    executable the units run (checked, like vllm and the model, for what the service user can reach). `origin`:
+    what the launch was made from, kept as the instance's next revision (`npuops rollout` starts from it)."""
     with launch_lock(settings.state_dir, [i.name for i in instances]):
-        return _launch_service(instances, settings, manager, api_key=api_key, as_json=as_json, notes=notes,
+        if origin is not None:
+            number = next_revision(settings.state_dir, instances[-1].name)
+            instances = [with_revision(i, number) for i in instances]
+        code = _launch_service(instances, settings, manager, api_key=api_key, as_json=as_json, notes=notes,
                                service_user=service_user, supervisor=supervisor, verify=verify, golden=golden)
+        if origin is not None:
+            keep_revision(settings.state_dir, instances[-1].name, number, origin, instances)
+        return code
 
 
 def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, manager: SystemdManager, *,
@@ -292,11 +302,11 @@ def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, mana
         report.progress(f"installed {instance.record.unit} ({', '.join(written[instance.name])})")
     # The replicas behind a router start together (as systemd starts them at boot), the router once they answer.
     replicas = [i.record for i in instances if i.record.behind]
-    started = {r.name: _begin_start(r, manager, report) for r in replicas}
+    started = {r.name: begin_start(r, manager, report) for r in replicas}
     for instance in instances:
         record = instance.record
-        starter = started.get(record.name) or _begin_start(record, manager, report)
-        entry = _follow_start(record, starter, manager, report, api_key, written[record.name])
+        starter = started.get(record.name) or begin_start(record, manager, report)
+        entry = follow_started(record, starter, manager, report, api_key, written[record.name])
         if verify and entry["ok"]:
             checked = verify_served(record, settings, api_key, golden)
             for line in verify_lines(checked):
@@ -319,7 +329,7 @@ class _Starting:
     started_at: float
 
 
-def _begin_start(record: InstanceRecord, manager: SystemdManager, report: Reporter) -> _Starting:
+def begin_start(record: InstanceRecord, manager: SystemdManager, report: Reporter) -> _Starting:
     report.progress(f"[    0 s] {record.name}: starting {record.unit} (start gate, then the "
                     f"{'router' if record.is_router else 'engine'})")
     # Real systemd returns at once (--no-block); the test stand-in blocks until READY, so it runs beside us.
@@ -328,7 +338,7 @@ def _begin_start(record: InstanceRecord, manager: SystemdManager, report: Report
     return _Starting(process, time.monotonic())
 
 
-def _follow_start(record: InstanceRecord, starting: _Starting, manager: SystemdManager, report: Reporter,
+def follow_started(record: InstanceRecord, starting: _Starting, manager: SystemdManager, report: Reporter,
                   api_key: str | None, written: list[str]) -> dict[str, Any]:
     starter, started = starting.process, starting.started_at
 

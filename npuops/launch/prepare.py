@@ -7,8 +7,9 @@ import ipaddress
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from npuops.errors import BadInputError
 from npuops.hardware.node import read_cann
@@ -64,6 +65,26 @@ class LaunchChoices:
         for key, value in self.extra_env.items():
             env_name(key)
             env_quote(value, f"--env {key}: the value")
+
+    def to_json(self) -> dict[str, Any]:
+        """The choices as a revision keeps them (its launch.json is 0600: an --env value may be a secret)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["api_key_file"] = str(self.api_key_file) if self.api_key_file else None
+        data["extra_env"] = dict(self.extra_env)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchChoices:
+        """Choices as to_json wrote them (a key an older npuops left out takes its default)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("api_key_file"):
+            values["api_key_file"] = Path(values["api_key_file"])
+        try:
+            return cls(**values)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise BadInputError(f"the kept launch choices are malformed ({exc})",
+                                "launch the instance again (it then keeps new ones)") from None
 
     @property
     def root_note(self) -> str | None:
@@ -132,10 +153,12 @@ def cann_environment(settings: Settings, plan: Plan) -> tuple[dict[str, str], li
 
 
 def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
-                  pd: DisaggregatedPlan | None = None) -> PreparedLaunch:
+                  pd: DisaggregatedPlan | None = None, *, api_key: str | None = None) -> PreparedLaunch:
     """The instances of a launch on this node, rendered, with the API key read and the notes for the operator
-    (`pd`: a disaggregated plan's engines and its PD router instead of `plan`'s replicas)."""
-    api_key = read_api_key_file(choices.api_key_file) if choices.api_key_file else None
+    (`pd`: a disaggregated plan's engines and its PD router instead of `plan`'s replicas; `api_key`: the key the
+    running instance has, which a rollout keeps, instead of reading --api-key-file again)."""
+    if api_key is None and choices.api_key_file:
+        api_key = read_api_key_file(choices.api_key_file)
     ascend_env, notes = cann_environment(settings, plan)
     notes += [note for note in (exposure_note(choices.host, api_key), choices.root_note) if note]
     spec = LaunchSpec(

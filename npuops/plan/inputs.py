@@ -182,6 +182,31 @@ class PlanRequest:
             raise BadInputError("--additional-config must be a JSON object", "write it like '{\"key\": value}'")
         return value
 
+    def to_json(self) -> dict[str, Any]:
+        """The whole request (a tuned file's, an instance revision's): every declared field, the workload, what
+        was fixed."""
+        return {"model": self.model, **{f.name: getattr(self, f.name) for f, _ in flagged_fields(PlanRequest)},
+                "workload": dataclasses.asdict(self.workload), "fixed": dict(self.fixed)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PlanRequest:
+        """A request as to_json wrote it (a key an older npuops left out takes its default; raises KeyError,
+        TypeError or ValueError on anything else)."""
+        given = {f.name: data[f.name] for f, _ in flagged_fields(PlanRequest) if data.get(f.name) is not None}
+        workload = data.get("workload") or {}
+        fixed = data.get("fixed") or {}
+        if not isinstance(workload, dict) or not isinstance(fixed, dict):
+            raise TypeError("workload and fixed must be objects")
+        return cls(model=str(data["model"]), workload=Workload(**workload), fixed=dict(fixed), **given)
+
+    def with_flags(self, flags: Mapping[str, Any]) -> PlanRequest:
+        """This request with the flags given on a command line (click's names, `model` for MODEL) over it."""
+        own = {f.name: getattr(self, f.name) for f, _ in flagged_fields(PlanRequest)}
+        return PlanRequest(model=str(flags.get("model") or self.model),
+                           workload=dataclasses.replace(self.workload, **flag_values(Workload, flags)),
+                           fixed={**self.fixed, **flag_values(ServerOptions, flags)},
+                           **{**own, **flag_values(PlanRequest, flags)})
+
     @classmethod
     def from_flags(cls, model: str, flags: Mapping[str, Any]) -> PlanRequest:
         """The request from the CLI's flag values, named as click names them (the declared flags with `_`)."""

@@ -34,6 +34,7 @@ from npuops.instance.endpoint import health_ok
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
+from npuops.instance.revisions import held_out_of_router
 from npuops.instance.router_admin import RouterChange, join_router, leave_router
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
 from npuops.service.diagnosis import diagnose
@@ -259,6 +260,11 @@ class Supervisor:
     def _router_change(self, change: Callable[[InstanceRecord, str | None], RouterChange | None]) -> None:
         """A replica behind a router on this host leaves it before its drain and joins it once healthy."""
         if not self.record.behind:
+            return
+        holder = held_out_of_router(self.record) if change is join_router else None
+        if holder is not None:
+            # A rollout verifies the new revision first (a first request, the golden file) and joins it itself.
+            self._say(f"held out of router {self.record.behind} by rollout (pid {holder}) until verified")
             return
         done = change(self.record, self.child_environment().get("VLLM_API_KEY"))
         if done is not None:

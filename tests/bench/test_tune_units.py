@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from npuops.bench.tune import Candidate, Slo, Trial, _stop_launcher, expected, search_space
-from npuops.bench.tuned import read_tuned, request_as_flags, write_tuned
+from npuops.bench.tuned import read_tuned, write_tuned
 from npuops.errors import BadInputError
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
@@ -57,7 +57,10 @@ def test_a_tuned_file_round_trips_and_launch_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "tuned.json"
     write_tuned(path, request, {"tuned": {"trials": 3}})
     assert read_tuned(path) == request
-    assert request_as_flags(request)["max_num_seqs"] == 16 and request_as_flags(request)["input_len"] == 256
+    # A flag given over it changes that value and keeps the rest (the request's --dp and --tp among them).
+    over = request.with_flags({"max_num_seqs": 8, "dp": 2, "tp": 1})
+    assert over.fixed["max_num_seqs"] == 8 and over.fixed["max_num_batched_tokens"] == 1024
+    assert over.replicas == 2 and over.workload.input_len == 256 and over.fixed["tensor_parallel_size"] == 1
     # launch --tuned: the file's configuration, with a flag given on the command line over it.
     done = subprocess.run([sys.executable, "-m", "npuops", "launch", "--tuned", str(path), "--max-num-seqs", "8",
                            "--dry-run", "--output", str(out), "--json"], capture_output=True, text=True, cwd=REPO,

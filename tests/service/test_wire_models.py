@@ -181,8 +181,9 @@ def test_instance_statuses_round_trip(status: InstanceStatus) -> None:
 def test_the_status_json_keeps_its_shape() -> None:
     crashed, head, _ = (s.to_json() for s in _statuses())
     assert list(crashed) == ["name", "manager", "unit", "url", "model", "devices", "healthy", "unit_state", "stage",
-                             "uptime_s", "metrics", "diagnosis", "exit", "state"]
-    assert list(head)[-3:] == ["cluster", "role", "state"]
+                             "uptime_s", "metrics", "diagnosis", "exit", "revision", "rollout", "state"]
+    assert crashed["revision"] == 0 and crashed["rollout"] is None  # a record from before revisions were kept
+    assert list(head)[-5:] == ["cluster", "role", "revision", "rollout", "state"]
     assert crashed["exit"] == {"code": 78, "reason": "engine-exited", "engine_returncode": 1, "at": 1.0}
     assert list(head["cluster"]) == ["group", "strategy", "rank", "role", "endpoint_host", "nodes", "ray"]
     assert head["cluster"]["nodes"][0] == {"name": "h1", "address": "10.213.0.11", "role": "head"}

@@ -70,3 +70,44 @@ def drained_as_the_engine_said(engine_log: str, supervisor_log: str, name: str) 
     if not engine:
         return said == []
     return said[:1] == engine[:1] and said[-1] == 0 and 1 <= engine[0] <= DRAIN_STREAMS
+
+
+class StreamingClients:
+    """`clients` threads, each streaming one answer after another through 127.0.0.1:`port` until stopped: what
+    the users of an endpoint see while it changes under them (every answer kept, whole or cut)."""
+
+    def __init__(self, port: int, key: str | None, clients: int = 4, tokens: int = 96, pause_s: float = 1.0,
+                 model: str = "tiny-llama") -> None:
+        # A pause between a client's answers, as a user reads one before asking again: four clients streaming
+        # back to back would take both cores of a CI machine, and a replica's new engine would not start.
+        self.port, self.key, self.tokens, self.pause_s, self.model = port, key, tokens, pause_s, model
+        self.answers: list[StreamedAnswer] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(clients)]
+
+    def _client(self, index: int) -> None:
+        turn = 0
+        while not self._stop.is_set():
+            answer = StreamedAnswer(self.port, self.key, f"client {index} asks question {turn}:", self.tokens,
+                                    self.model)
+            answer.run()  # in this client's thread: one answer after another
+            with self._lock:
+                self.answers.append(answer)
+            turn += 1
+            self._stop.wait(self.pause_s)
+
+    def __enter__(self) -> StreamingClients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=300)
+
+    def cut(self) -> list[StreamedAnswer]:
+        """The answers that did not arrive whole (an error, or fewer tokens than asked)."""
+        with self._lock:
+            return [a for a in self.answers if not a.whole()]

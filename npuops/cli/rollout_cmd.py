@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from npuops.cli.main import load_context_settings
+from npuops.cli.plan_options import plan_override_flags
+from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
+
+
+@click.command()
+@click.argument("name")
+@plan_override_flags
+@click.option("--tuned", "tuned_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Roll out the configuration `npuops tune` wrote (flags given here override it).")
+@click.option("--vllm", "vllm_bin", help="The vllm executable the new revision runs.")
+@click.option("--venv", type=click.Path(file_okay=False, path_type=Path),
+              help="The serving venv the new revision runs (its bin/vllm): a new vllm-ascend row.")
+@click.option("--verify-golden", "golden", type=click.Path(dir_okay=False, path_type=Path),
+              help="Compare each switched replica's answers with this golden file (`npuops golden record`) "
+                   "before it rejoins the router; a mismatch returns it to the previous revision.")
+@click.option("--max-unavailable", type=click.IntRange(1), default=1, show_default=True,
+              help="Replicas switched at once (the others keep serving).")
+@click.option("--allow-downtime", is_flag=True,
+              help="Roll out even where nothing serves meanwhile (a single engine, or every replica at once).")
+@click.option("--undo", is_flag=True, help="Return to the revision before the current one, the same way.")
+@click.option("--history", is_flag=True, help="Show the instance's revisions and change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress stays on stderr).")
+@click.pass_context
+def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin: str | None, venv: Path | None,
+            golden: Path | None, max_unavailable: int, allow_downtime: bool, undo: bool, history: bool,
+            as_json: bool, **flags: Any) -> None:
+    """Switch instance NAME to a new revision (another model directory, tuned file, plan flag or vllm) a replica
+    at a time, without dropping a request.
+
+    Each replica leaves the router, drains (vLLM's --shutdown-timeout), restarts with the new revision, answers a
+    first request (and --verify-golden), and rejoins; a replica that fails gets its previous revision back and the
+    rollout stops with the reason. --undo returns to the revision before; --history lists them.
+    """
+    from click.core import ParameterSource
+
+    from npuops.instance.record import load_record, validate_instance_name
+
+    validate_instance_name(name)
+    given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+    if history and (given or tuned_file or vllm_bin or venv or golden or undo):
+        raise UsageError("--history changes nothing", "drop the other options, or --history")
+    if undo and (given or tuned_file or vllm_bin or venv):
+        raise UsageError("--undo returns to the revision before, as it was", "drop the plan flags, or --undo")
+    if vllm_bin and venv:
+        raise UsageError("--vllm and --venv name the same thing", "give one of them")
+    settings = load_context_settings(ctx)
+    load_record(settings.state_dir, name)  # no such instance: named, with the known ones
+    if history:
+        _print_history(settings, name, as_json)
+        return
+    from npuops.bench.tuned import read_tuned
+    from npuops.instance.manager import service_manager
+    from npuops.launch.local import Reporter
+    from npuops.launch.rollout import RolloutRequest, render_rollout_text, rollout_instance
+
+    manager = service_manager(settings)
+    reason = manager.unavailable_reason()
+    if reason:
+        raise EnvironmentMissingError(reason, "roll out on the node whose systemd runs the instance")
+    ask = RolloutRequest(name=name, flags=given, tuned=read_tuned(tuned_file) if tuned_file else None,
+                         vllm=str(venv / "bin" / "vllm") if venv else vllm_bin, golden=golden,
+                         max_unavailable=max_unavailable, allow_downtime=allow_downtime, undo=undo)
+    result = rollout_instance(settings, manager, ask, Reporter(as_json))
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_rollout_text(result))
+    if not result.ok:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+def _print_history(settings: Any, name: str, as_json: bool) -> None:
+    import time
+
+    from npuops.instance.revisions import read_history
+    from npuops.textout import wrapped
+
+    revisions = read_history(settings.state_dir, name)
+    if as_json:
+        click.echo(json.dumps({"name": name, "revisions": [r.to_json() for r in revisions]}, indent=2))
+        return
+    if not revisions:
+        click.echo(f"{name} has no revisions (launched by an npuops that kept none)")
+    for r in revisions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at))
+        click.echo(f"revision {r.number}  {when}  {r.command}: {r.outcome}  ({r.served_model_name})")
+        for change in r.changes:
+            click.echo(wrapped(change, "    "))
+        if r.reason:
+            click.echo(wrapped(r.reason, "    why: "))

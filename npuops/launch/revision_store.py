@@ -1,0 +1,83 @@
+"""A launch's or a rollout's files as a revision of the instance (npuops.instance.revisions keeps them)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from npuops.instance.record import RECORD_FILE, InstanceRecord
+from npuops.instance.revisions import (
+    OUTCOME_SERVING,
+    OUTCOME_SUPERSEDED,
+    LaunchOrigin,
+    Revision,
+    StoredFile,
+    read_history,
+    store_revision,
+    write_history,
+)
+from npuops.launch.instance_files import InstanceFiles, RenderedFile
+
+
+def with_revision(instance: InstanceFiles, number: int) -> InstanceFiles:
+    """The instance's files with its record (instance.json among them) saying it is revision `number`."""
+    record = replace(instance.record, revision=number)
+    files = tuple(RenderedFile(f.name, json.dumps(record.to_json(), indent=2) + "\n", f.mode)
+                  if f.name == RECORD_FILE else f for f in instance.files)
+    return replace(instance, files=files, record=record)
+
+
+def switched_parts(instances: Sequence[InstanceFiles]) -> list[InstanceFiles]:
+    """The parts a rollout switches one by one: every engine (a single one, or each replica behind the router);
+    the router stays, since its command line does not change with the model."""
+    return [i for i in instances if not i.record.is_router and i.record.runs_engine]
+
+
+def next_revision(state_dir: Path, name: str) -> int:
+    history = read_history(state_dir, name)
+    return max((r.number for r in history), default=0) + 1
+
+
+def keep_revision(state_dir: Path, name: str, number: int, origin: LaunchOrigin,
+                  instances: Sequence[InstanceFiles], *, outcome: str = OUTCOME_SERVING) -> Revision:
+    """Store revision `number`'s files and add it to the history (the revision serving until now, if any, is
+    superseded once this one serves: `finish_revision`)."""
+    parts = switched_parts(instances)
+    store_revision(state_dir, name, number, origin.to_json(),
+                   {p.name: [StoredFile(f.name, f.text, f.mode) for f in p.files] for p in parts})
+    first = parts[0].record if parts else instances[0].record
+    revision = Revision(number=number, at=time.time(), command=origin.command, changes=origin.changes,
+                        model_path=first.model_path, served_model_name=first.served_model_name,
+                        parts=tuple(p.name for p in parts), outcome=outcome)
+    history = [r for r in read_history(state_dir, name) if r.number != number]
+    if outcome == OUTCOME_SERVING:
+        history = [replace(r, outcome=OUTCOME_SUPERSEDED) if r.outcome == OUTCOME_SERVING else r for r in history]
+    write_history(state_dir, name, [*history, revision])
+    return revision
+
+
+def finish_revision(state_dir: Path, name: str, number: int, outcome: str, reason: str = "") -> None:
+    """Revision `number`'s outcome once its rollout ended; when it serves, the one before is superseded."""
+    history = read_history(state_dir, name)
+    out = []
+    for r in history:
+        if r.number == number:
+            out.append(replace(r, outcome=outcome, reason=reason))
+        elif outcome == OUTCOME_SERVING and r.outcome == OUTCOME_SERVING:
+            out.append(replace(r, outcome=OUTCOME_SUPERSEDED))
+        else:
+            out.append(r)
+    write_history(state_dir, name, out)
+
+
+def record_of(files: Sequence[StoredFile], where: str) -> InstanceRecord:
+    """The record among a stored part's files."""
+    text = next((f.text for f in files if f.name == RECORD_FILE), None)
+    if text is None:
+        from npuops.errors import ConfigError
+
+        raise ConfigError(f"{where} has no {RECORD_FILE}", "roll out a new revision instead")
+    return InstanceRecord.from_json(json.loads(text), where)

@@ -1,0 +1,436 @@
+"""`npuops rollout NAME`: change what an instance serves a replica at a time, without dropping a request.
+
+Each replica in turn (or `max_unavailable` at once): held out of the router (its supervisor leaves it before the
+drain, and a hold keeps the new engine out until it is verified), stopped with vLLM's drain, given the new
+revision's files, started, followed until healthy, asked a first request (and compared with a golden file when
+given), then put back into the router. A replica that fails to start or to verify gets its previous files back and
+rejoins; the rollout stops there with the reason, the replicas after it untouched. `--undo` puts back the files of
+the revision before the current one the same way (npuops.instance.revisions keeps them).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from npuops.doctor.model import Status
+from npuops.envfile import read_env_file
+from npuops.errors import BadInputError, ConfigError
+from npuops.instance.control import parts_of
+from npuops.instance.manager import SystemdManager
+from npuops.instance.record import (
+    CONFIG_FILE,
+    ENV_FILE,
+    FILE_MODES,
+    MANAGER_SYSTEMD,
+    RECORD_FILE,
+    ROUTER_CONFIG_FILE,
+    InstanceRecord,
+    load_record,
+    write_record,
+)
+from npuops.instance.revisions import (
+    OUTCOME_SERVING,
+    OUTCOME_STOPPED,
+    LaunchOrigin,
+    Revision,
+    RolloutProgress,
+    clear_progress,
+    hold_out_of_router,
+    read_history,
+    release_hold,
+    request_changes,
+    stored_launch,
+    stored_parts,
+    write_progress,
+)
+from npuops.instance.router_admin import join_router
+from npuops.launch.install import install
+from npuops.launch.instance_files import InstanceFiles, RenderedFile
+from npuops.launch.local import Reporter, begin_start, follow_started, launch_lock, verify_served
+from npuops.launch.revision_store import (
+    finish_revision,
+    keep_revision,
+    next_revision,
+    record_of,
+    switched_parts,
+    with_revision,
+)
+from npuops.plan.inputs import PlanRequest
+from npuops.settings import Settings
+
+OUTCOME_ROLLED_BACK = "rolled back"
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What the operator asked `npuops rollout` for."""
+
+    name: str
+    flags: Mapping[str, Any] = field(default_factory=dict)  # plan flags given (click's names; "model": --model)
+    tuned: PlanRequest | None = None  # --tuned FILE's request, under the flags
+    vllm: str | None = None  # --vllm PATH, or --venv DIR's bin/vllm
+    golden: Path | None = None
+    max_unavailable: int = 1
+    allow_downtime: bool = False
+    undo: bool = False
+
+
+@dataclass
+class PartOutcome:
+    name: str
+    ok: bool
+    revision: int  # the revision the part serves now
+    seconds: float
+    reason: str = ""
+    rolled_back: bool = False
+    first_request: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "revision": self.revision, "seconds": round(self.seconds, 1),
+                "reason": self.reason, "rolled_back": self.rolled_back, "first_request": self.first_request}
+
+
+@dataclass
+class RolloutResult:
+    name: str
+    command: str
+    from_revision: int
+    to_revision: int
+    changes: tuple[str, ...]
+    parts: list[PartOutcome]
+    untouched: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason and all(p.ok for p in self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "name": self.name, "command": self.command, "from_revision": self.from_revision,
+                "to_revision": self.to_revision, "changes": list(self.changes),
+                "parts": [p.to_json() for p in self.parts], "untouched": list(self.untouched),
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class _Target:
+    number: int
+    origin: LaunchOrigin
+    parts: dict[str, InstanceFiles]  # by part name, the new revision's files
+    api_key: str | None
+
+
+# --- what is installed now ----------------------------------------------------------------------------------------
+
+def installed_files(record: InstanceRecord, manager: SystemdManager) -> InstanceFiles:
+    """A part's files as they are installed now: what a failed switch puts back."""
+    names = [ROUTER_CONFIG_FILE if record.is_router else CONFIG_FILE, ENV_FILE, RECORD_FILE]
+    files = []
+    try:
+        for name in names:
+            files.append(RenderedFile(name, (record.directory / name).read_text(encoding="utf-8"),
+                                      FILE_MODES.get(name, 0o644)))
+        files.append(RenderedFile(record.unit, manager.unit_path(record.unit).read_text(encoding="utf-8"), 0o644))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {record.name}'s installed {exc.filename or 'files'} ({exc.strerror})",
+                          f"launch {record.behind or record.name} again") from None
+    return InstanceFiles(record.name, tuple(files), record.unit, record)
+
+
+def _stored_as_files(stored: Mapping[str, Any], number: int, where: str) -> dict[str, InstanceFiles]:
+    out = {}
+    for part, files in stored.items():
+        record = record_of(files, f"{where}/{part}")
+        rendered = tuple(RenderedFile(f.name, f.text, f.mode) for f in files)
+        out[part] = with_revision(InstanceFiles(part, rendered, record.unit, record), number)
+    return out
+
+
+def _api_key(record: InstanceRecord) -> str | None:
+    """The key the running instance has (its env file): a rollout keeps it, or the router and the new replicas
+    would disagree."""
+    return read_env_file(record.env_file, f"launch {record.name} again").get("VLLM_API_KEY")
+
+
+# --- choosing the target ----------------------------------------------------------------------------------------
+
+def _current(history: Sequence[Revision], name: str) -> Revision:
+    """The revision serving now: the last one whose rollout did not end rolled back (one stopped half-way serves
+    on some replicas, and is what --undo leaves)."""
+    serving = [r for r in history if r.outcome != OUTCOME_ROLLED_BACK]
+    if not serving:
+        raise BadInputError(f"{name} was launched by an npuops that kept no revisions",
+                            f"launch {name} again once with this npuops (it then keeps each revision)")
+    return serving[-1]
+
+
+def _undo_target(settings: Settings, name: str, history: Sequence[Revision], number: int,
+                 api_key: str | None) -> _Target:
+    current = _current(history, name)
+    for earlier in reversed([r for r in history if r.number < current.number and r.outcome != OUTCOME_ROLLED_BACK]):
+        stored = stored_parts(settings.state_dir, name, earlier.number)
+        launch = stored_launch(settings.state_dir, name, earlier.number)
+        if stored and launch is not None:
+            origin = LaunchOrigin(launch["request"], launch["choices"], "rollout --undo",
+                                  (f"back to revision {earlier.number} ({earlier.command}, "
+                                   f"{earlier.served_model_name} from {earlier.model_path})",))
+            return _Target(number, origin, _stored_as_files(stored, number, f"revision {earlier.number}"), api_key)
+    raise BadInputError(f"{name} has no earlier revision to return to (revision {current.number} is its first, "
+                        "or the files of the earlier ones were pruned)",
+                        f"roll out the revision you want: `npuops rollout {name} --model DIR`")
+
+
+def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
+                api_key: str | None, served_name: str) -> _Target:
+    from npuops.launch.prepare import LaunchChoices, prepare_local
+    from npuops.plan.request import plan_request
+
+    current = _current(history, ask.name)
+    kept = stored_launch(settings.state_dir, ask.name, current.number)
+    if kept is None:
+        raise BadInputError(f"the request of {ask.name}'s revision {current.number} is not kept",
+                            f"launch {ask.name} again with the configuration you want")
+    before = PlanRequest.from_json(kept["request"])
+    request = (ask.tuned or before).with_flags(ask.flags)
+    changes = request_changes(before.to_json(), request.to_json())
+    if request.pd is not None or request.nodes != 1:
+        raise BadInputError("rollout switches the replicas of one node's instance",
+                            f"launch {ask.name} again for a disaggregated or multi-node configuration")
+    choices = LaunchChoices.from_json(kept["choices"])
+    if ask.vllm:
+        choices = replace(choices, vllm=ask.vllm)
+    plan = plan_request(settings, request)
+    # Clients ask for the model by the name they know: a new model directory serves under it too.
+    plan = replace(plan, server=replace(plan.server, served_model_name=served_name))
+    prepared = prepare_local(settings, plan, choices, api_key=api_key)
+    if ask.vllm and ask.vllm != kept["choices"].get("vllm"):
+        changes.append(f"vllm: {kept['choices'].get('vllm') or 'the serving venv'} -> {ask.vllm}")
+    origin = LaunchOrigin(request.to_json(), choices.to_json(), "rollout",
+                          tuple(changes) or ("no change: a rolling restart",))
+    parts = {i.name: with_revision(i, number) for i in switched_parts(prepared.instances)}
+    _check_same_shape(ask.name, prepared.instances, settings)
+    return _Target(number, origin, parts, api_key)
+
+
+def _routing(argv: Sequence[str]) -> list[str]:
+    """A router's command line less how long it waits for its replicas' first start (a bigger model waits longer;
+    the running router has started already)."""
+    out = list(argv)
+    if "--worker-startup-timeout-secs" in out:
+        at = out.index("--worker-startup-timeout-secs")
+        del out[at:at + 2]
+    return out
+
+
+def _check_same_shape(name: str, instances: Sequence[InstanceFiles], settings: Settings) -> None:
+    """A rollout changes what each replica serves, not how many there are or where: the router's command line
+    (its replicas' URLs, its policy) must be the one installed."""
+    current = load_record(settings.state_dir, name)
+    now = sorted([current.name, *current.replicas]) if current.is_router else [current.name]
+    new = sorted(i.name for i in instances)
+    fix = f"launch {name} again for a new shape (it stops every replica at once)"
+    if new != now:
+        raise BadInputError(f"the new revision of {name} has the parts {', '.join(new)}, the running one "
+                            f"{', '.join(now)}", fix)
+    for instance in instances:
+        if instance.record.is_router:
+            installed = json.loads(current.config_file.read_text(encoding="utf-8")).get("argv") or []
+            if _routing(json.loads(instance.file(ROUTER_CONFIG_FILE).text)["argv"]) != _routing(installed):
+                raise BadInputError(f"the new revision changes {name}'s router (its policy or its replicas)", fix)
+
+
+# --- switching one part -------------------------------------------------------------------------------------------
+
+@dataclass
+class _Context:
+    settings: Settings
+    manager: SystemdManager
+    report: Reporter
+    api_key: str | None
+    golden: Path | None
+    progress: RolloutProgress
+
+
+def _start_and_verify(files: InstanceFiles, ctx: _Context, golden: Path | None) -> tuple[str, dict[str, Any] | None]:
+    """Install the part's files, start it, follow it to healthy and ask a first request (and the golden file):
+    "" when it serves, else why not."""
+    install([files], ctx.settings.state_dir, ctx.manager)
+    record = files.record
+    # A rollout's starts are the operator's, not a crash loop: they do not count toward StartLimitBurst=.
+    ctx.manager.reset_failed(record.unit)
+    entry = follow_started(record, begin_start(record, ctx.manager, ctx.report), ctx.manager, ctx.report,
+                           ctx.api_key, [])
+    first = entry.get("first_request")
+    if not entry["ok"]:
+        diagnosis = entry.get("diagnosis") or {}
+        why = {"failed": "it failed to start", "timeout": "it did not become healthy in time"}.get(
+            entry.get("reason", ""), "its first request failed")
+        cause = diagnosis.get("cause") or (first or {}).get("error") or ""
+        return f"{why}{': ' + cause if cause else ''}", first
+    if golden is not None:
+        checked = verify_served(record, ctx.settings, ctx.api_key, golden)
+        if checked.result.status is Status.FAIL:
+            return f"its answers differ from {golden}: {checked.result.message}", first
+    return "", first
+
+
+def _leave(record: InstanceRecord, ctx: _Context) -> None:
+    if record.behind:
+        hold_out_of_router(record, os.getpid())  # the new engine stays out until verified
+    ctx.report.progress(f"{record.name}: out of the router and draining (up to {record.stop_timeout_s} s)")
+    ctx.manager.stop(record.unit, timeout=record.stop_timeout_s + 30)
+
+
+def _join(record: InstanceRecord, ctx: _Context) -> None:
+    if record.behind:
+        change = join_router(record, ctx.api_key)
+        if change is not None:
+            ctx.report.progress(f"{record.name}: {change.message}")
+        release_hold(record)
+
+
+def _switch(old: InstanceRecord, new: InstanceFiles, ctx: _Context) -> PartOutcome:
+    started = time.monotonic()
+    before = installed_files(old, ctx.manager)
+    _leave(old, ctx)
+    why, first = _start_and_verify(new, ctx, ctx.golden)
+    if not why:
+        _join(new.record, ctx)
+        ctx.report.progress(f"{old.name}: serves revision {new.record.revision}")
+        return PartOutcome(old.name, True, new.record.revision, time.monotonic() - started, first_request=first)
+    ctx.report.progress(f"{old.name}: revision {new.record.revision} failed ({why}); back to revision "
+                        f"{old.revision}")
+    ctx.manager.stop(new.record.unit, timeout=new.record.stop_timeout_s + 30)
+    again, _ = _start_and_verify(before, ctx, None)
+    _join(before.record, ctx)
+    if again:
+        why += f"; and revision {old.revision} did not come back either: {again}"
+    return PartOutcome(old.name, False, old.revision, time.monotonic() - started, why, rolled_back=not again,
+                       first_request=first)
+
+
+# --- the rollout --------------------------------------------------------------------------------------------------
+
+def _parts(record: InstanceRecord, ask: RolloutRequest, manager: SystemdManager) -> list[InstanceRecord]:
+    """The parts to switch, checked: this node's instance under systemd, its other replicas serving."""
+    if record.manager != MANAGER_SYSTEMD:
+        raise BadInputError(f"{record.name} runs in a terminal (--foreground)",
+                            "stop it there and launch it again; rollout switches units")
+    if record.cluster is not None or record.is_replica_set:
+        raise BadInputError(f"{record.name} is one host's part of a group's instance",
+                            "roll a group out host by host with -i INVENTORY --group GROUP")
+    parts = parts_of(record) if record.is_router else [record]
+    if any(p.pd_role for p in parts):
+        raise BadInputError(f"{record.name} is disaggregated (prefill and decode pools)",
+                            f"launch {record.name} again to change it")
+    reason = manager.unavailable_reason()
+    if reason:
+        raise BadInputError(f"cannot roll out {record.name}: {reason}", "run rollout where the instance runs")
+    if ask.allow_downtime:
+        return parts
+    if not record.is_router:
+        raise BadInputError(
+            f"{record.name} is a single engine serving its own port: nothing can take its requests while it "
+            "restarts", "roll it out with --allow-downtime, or launch it with --dp 2 (two replicas behind a "
+            "router) to roll it out without dropping a request")
+    if ask.max_unavailable >= len(parts):
+        raise BadInputError(f"--max-unavailable {ask.max_unavailable} would take all {len(parts)} replicas of "
+                            f"{record.name} out at once", f"use --max-unavailable {len(parts) - 1} or less, or "
+                            "--allow-downtime")
+    down = [p.name for p in parts if manager.state(p.unit).active_state != "active"]
+    if down:
+        raise BadInputError(f"{', '.join(down)} of {record.name} not running: taking another replica out would "
+                            "leave too few serving", f"bring it back first (`npuops status {record.name}`)")
+    return parts
+
+
+def rollout_instance(settings: Settings, manager: SystemdManager, ask: RolloutRequest,
+                     report: Reporter) -> RolloutResult:
+    with launch_lock(settings.state_dir, [ask.name]):
+        return _rollout(settings, manager, ask, report)
+
+
+def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, report: Reporter) -> RolloutResult:
+    record = load_record(settings.state_dir, ask.name)
+    parts = _parts(record, ask, manager)
+    history = read_history(settings.state_dir, ask.name)
+    current = _current(history, ask.name)
+    number = next_revision(settings.state_dir, ask.name)
+    api_key = _api_key(parts[0])
+    target = (_undo_target(settings, ask.name, history, number, api_key) if ask.undo else
+              _new_target(settings, ask, history, number, api_key, record.served_model_name))
+    command = target.origin.command
+    if sorted(target.parts) != sorted(p.name for p in parts):
+        raise BadInputError(f"revision {current.number} of {ask.name} has the parts {', '.join(sorted(target.parts))}"
+                            f", the running one {', '.join(p.name for p in parts)}",
+                            f"launch {ask.name} again for that shape")
+    for change in target.origin.changes:
+        report.progress(f"{ask.name} revision {current.number} -> {number}: {change}")
+    keep_revision(settings.state_dir, ask.name, number, target.origin, list(target.parts.values()),
+                  outcome="rolling out")
+    names = tuple(p.name for p in parts)
+    ctx = _Context(settings, manager, report, api_key, ask.golden,
+                   RolloutProgress(os.getpid(), time.time(), current.number, number, command, names))
+    result = RolloutResult(ask.name, command, current.number, number, target.origin.changes, [])
+    step = max(1, ask.max_unavailable)
+    try:
+        for start in range(0, len(parts), step):
+            batch = parts[start:start + step]
+            ctx.progress = replace(ctx.progress, current=tuple(p.name for p in batch), step="switching")
+            write_progress(settings.state_dir, ask.name, ctx.progress)
+            with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+                outcomes = list(pool.map(lambda p: _switch(p, target.parts[p.name], ctx), batch))
+            result.parts += outcomes
+            ctx.progress = replace(ctx.progress, done=(*ctx.progress.done, *(o.name for o in outcomes if o.ok)))
+            failed = [o for o in outcomes if not o.ok]
+            if failed:
+                result.reason = f"{failed[0].name}: {failed[0].reason}"
+                result.untouched = names[start + step:]
+                break
+    finally:
+        clear_progress(settings.state_dir, ask.name)
+    _finish(settings, record, result, target)
+    return result
+
+
+def _finish(settings: Settings, record: InstanceRecord, result: RolloutResult, target: _Target) -> None:
+    moved = [p for p in result.parts if p.ok]
+    if result.ok:
+        finish_revision(settings.state_dir, result.name, result.to_revision, OUTCOME_SERVING)
+        if record.is_router:  # the router's record says what its replicas serve
+            first = next(iter(target.parts.values())).record
+            write_record(replace(record, revision=result.to_revision, model_path=first.model_path,
+                                 prediction=first.prediction, perf_inputs=first.perf_inputs))
+        return
+    outcome = OUTCOME_STOPPED if moved else OUTCOME_ROLLED_BACK
+    finish_revision(settings.state_dir, result.name, result.to_revision, outcome, result.reason)
+
+
+def render_rollout_text(result: RolloutResult) -> str:
+    from npuops.textout import wrapped
+
+    verb = "rolled out" if result.ok else "stopped"
+    lines = [f"{result.name}: {result.command} {verb}, revision {result.from_revision} -> {result.to_revision}"]
+    lines += [wrapped(change, "  change    ") for change in result.changes]
+    for part in result.parts:
+        state = f"serves revision {part.revision} ({part.seconds:.0f} s)"
+        if not part.ok:
+            state += " after a failed switch" if part.rolled_back else ", NOT serving"
+        lines.append(f"  {part.name:<9} {state}")
+    if result.untouched:
+        lines.append(f"  untouched {', '.join(result.untouched)} (still on revision {result.from_revision})")
+    if result.reason:
+        lines.append(wrapped(result.reason, "  reason    "))
+        lines.append(wrapped(f"the endpoint serves on; fix the revision and roll out again, or return every "
+                             f"replica to revision {result.from_revision} with `npuops rollout {result.name} "
+                             "--undo`" if any(p.ok for p in result.parts) else
+                             "the endpoint serves on, every replica on the revision before; fix the new one and "
+                             "roll out again", "  fix       "))
+    return "\n".join(lines)
