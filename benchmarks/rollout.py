@@ -2,7 +2,7 @@
 
 Inside a real systemd booted as PID 1 in a namespace (tests/support/systemd.py; root only), `npuops launch --dp 2`
 serves the tiny demo model (two replicas of the real vLLM CPU engine behind the real vllm-router). Four clients
-stream answers through the endpoint (96 tokens each, a second apart) while one of two arms changes what serves:
+stream answers through the endpoint (64 tokens each, two seconds apart) while one of two arms changes what serves:
 
     restart   `systemctl restart` of replica r0, wait until the instance is healthy again, then r1 (by hand, as an
               operator without `rollout` does it)

@@ -237,7 +237,10 @@ def _launch_group(ctx: click.Context, settings: Any, request: Any, choices: Any,
             click.echo(render_group_text(launch))
             click.echo(f"files for each host under {output}/<host>/ (manifest.json gives each file's path there)")
         return
-    start_group(launch, hosts, nodes, choices, where, on_event=progress)
+    from npuops.instance.revisions import LaunchOrigin
+
+    origin = LaunchOrigin(request.to_json(), choices.to_json(), "launch", (f"launch of {request.model} over {group}",))
+    start_group(launch, hosts, nodes, choices, where, on_event=progress, origin=origin)
     click.echo(json.dumps(launch.to_json(), indent=2) if as_json else render_group_text(launch))
     if not launch.ok:
         ctx.exit(int(ExitCode.CHECKS_FAILED))

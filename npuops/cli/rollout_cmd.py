@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, fleet_flags
 from npuops.cli.main import load_context_settings
 from npuops.cli.plan_options import plan_override_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
@@ -28,11 +29,22 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
               help="Roll out even where nothing serves meanwhile (a single engine, or every replica at once).")
 @click.option("--undo", is_flag=True, help="Return to the revision before the current one, the same way.")
 @click.option("--history", is_flag=True, help="Show the instance's revisions and change nothing.")
+@fleet_flags(INVENTORY, GROUP, FORKS, ARTIFACTS)
+@click.option("--weights-shared", is_flag=True,
+              help="With -i/--group: the model directory is already on every host (a shared path): check it "
+                   "against this controller's sha256 manifest, copy nothing.")
+# What a group rollout's playbook runs on each host (npuops/launch/group_rollout.py), not for operators.
+@click.option("--from-files", type=click.Path(file_okay=False, path_type=Path), hidden=True)
+@click.option("--revision", "revision_number", type=click.IntRange(1), hidden=True)
+@click.option("--leave-router", "leave_urls", multiple=True, hidden=True)
+@click.option("--join-router", "join_urls", multiple=True, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress stays on stderr).")
 @click.pass_context
 def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin: str | None, venv: Path | None,
             golden: Path | None, max_unavailable: int, allow_downtime: bool, undo: bool, history: bool,
-            as_json: bool, **flags: Any) -> None:
+            inventory: Path | None, group: str | None, forks: int, artifacts: Path | None, weights_shared: bool,
+            from_files: Path | None, revision_number: int | None, leave_urls: tuple[str, ...],
+            join_urls: tuple[str, ...], as_json: bool, **flags: Any) -> None:
     """Switch instance NAME to a new revision (another model directory, tuned file, plan flag or vllm) a replica
     at a time, without dropping a request.
 
@@ -52,10 +64,28 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise UsageError("--undo returns to the revision before, as it was", "drop the plan flags, or --undo")
     if vllm_bin and venv:
         raise UsageError("--vllm and --venv name the same thing", "give one of them")
+    if (inventory is None) != (group is None):
+        raise UsageError("-i/--inventory and --group go together", "give both to roll out over a serving group")
+    if weights_shared and inventory is None:
+        raise UsageError("--weights-shared is for a group rollout", "add -i INVENTORY --group GROUP")
     settings = load_context_settings(ctx)
+    if inventory is not None and group is not None:
+        if undo or history or from_files or leave_urls or join_urls:
+            raise UsageError("a group rollout switches to a new revision", "drop --undo and --history with -i")
+        _rollout_group(ctx, settings, name, inventory, group, forks, artifacts, given, tuned_file,
+                       str(venv / "bin" / "vllm") if venv else vllm_bin, golden, max_unavailable, weights_shared,
+                       as_json)
+        return
     load_record(settings.state_dir, name)  # no such instance: named, with the known ones
     if history:
         _print_history(settings, name, as_json)
+        return
+    if leave_urls or join_urls:
+        from npuops.launch.rollout import change_router_workers
+
+        changed = [*change_router_workers(settings, name, leave_urls, "leave"),
+                   *change_router_workers(settings, name, join_urls, "join")]
+        click.echo(json.dumps({"ok": all(c["done"] for c in changed), "changes": changed}, indent=2))
         return
     from npuops.bench.tuned import read_tuned
     from npuops.instance.manager import service_manager
@@ -68,7 +98,8 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise EnvironmentMissingError(reason, "roll out on the node whose systemd runs the instance")
     ask = RolloutRequest(name=name, flags=given, tuned=read_tuned(tuned_file) if tuned_file else None,
                          vllm=str(venv / "bin" / "vllm") if venv else vllm_bin, golden=golden,
-                         max_unavailable=max_unavailable, allow_downtime=allow_downtime, undo=undo)
+                         max_unavailable=max_unavailable, allow_downtime=allow_downtime, undo=undo,
+                         from_files=from_files, revision=revision_number)
     result = rollout_instance(settings, manager, ask, Reporter(as_json))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_rollout_text(result))
     if not result.ok:
@@ -94,3 +125,24 @@ def _print_history(settings: Any, name: str, as_json: bool) -> None:
             click.echo(wrapped(change, "    "))
         if r.reason:
             click.echo(wrapped(r.reason, "    why: "))
+
+
+def _rollout_group(ctx: click.Context, settings: Any, name: str, inventory: Path, group: str, forks: int,
+                   artifacts: Path | None, given: dict[str, Any], tuned_file: Path | None, vllm: str | None,
+                   golden: Path | None, max_unavailable: int, weights_shared: bool, as_json: bool) -> None:
+    from npuops.bench.tuned import read_tuned
+    from npuops.cli.fleet_flags import artifacts_dir, playbook_progress
+    from npuops.launch.group import GroupChoices
+    from npuops.launch.group_rollout import GroupRolloutAsk, render_group_rollout_text, rollout_group
+
+    where = GroupChoices(inventory=inventory, group=group, artifacts_dir=artifacts_dir(settings, artifacts),
+                         forks=forks)
+    from npuops.launch.rollout import RolloutRequest
+
+    rollout = RolloutRequest(name=name, flags=given, tuned=read_tuned(tuned_file) if tuned_file else None, vllm=vllm,
+                             golden=golden, max_unavailable=max_unavailable)
+    ask = GroupRolloutAsk(rollout=rollout, where=where, weights_shared=weights_shared)
+    result = rollout_group(settings, ask, on_event=playbook_progress(tasks=True))
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_group_rollout_text(result))
+    if not result.ok:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))

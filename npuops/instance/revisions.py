@@ -150,7 +150,11 @@ def stored_launch(state_dir: Path, name: str, number: int) -> dict[str, Any] | N
 
 def stored_parts(state_dir: Path, name: str, number: int) -> dict[str, list[StoredFile]]:
     """Each part's files of revision `number`, by part name ({} when they are gone)."""
-    directory = revision_dir(state_dir, name, number)
+    return read_parts(revision_dir(state_dir, name, number))
+
+
+def read_parts(directory: Path) -> dict[str, list[StoredFile]]:
+    """Each part's files in `directory`/<part>/ (a stored revision, or the files a group rollout staged here)."""
     parts: dict[str, list[StoredFile]] = {}
     with contextlib.suppress(OSError):
         for part in sorted(p for p in directory.iterdir() if p.is_dir()):

@@ -72,8 +72,13 @@ def _change(record: InstanceRecord, how: str, api_key: str | None) -> RouterChan
     router = router_of(record)
     if router is None:
         return None
+    return worker_change(router, replica_url(record, router), how, api_key)
+
+
+def worker_change(router: InstanceRecord, url: str, how: str, api_key: str | None) -> RouterChange:
+    """Take the worker `url` out of this host's `router` ("leave") or put it in ("join"); over a group, the
+    rollout's playbook does this on the router's host for another host's replicas (`rollout --leave-router`)."""
     verb, said, unanswered = _CHANGES[how]
-    url = replica_url(record, router)
     query = urllib.parse.urlencode({"url": url})
     answer = http_request(f"{base_url(router.host, router.port)}/{verb}?{query}", data={}, timeout=ROUTER_TIMEOUT_S,
                           api_key=api_key)

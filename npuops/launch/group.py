@@ -27,10 +27,12 @@ from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
 from npuops.inputfiles import read_api_key_file
 from npuops.instance.record import MANAGER_SYSTEMD
+from npuops.instance.revisions import LaunchOrigin
 from npuops.instance.status import InstanceStatus
 from npuops.launch.instance_files import LaunchSpec, pd_shared_path
 from npuops.launch.multinode import ClusterHost, HostPart, render_cluster, render_pd_group, render_replica_group
 from npuops.launch.prepare import LaunchChoices, exposure_note, vllm_executable
+from npuops.launch.revision_store import group_store, keep_group_revision, next_revision
 from npuops.plan.disaggregation import EXAMPLE_CONNECTOR
 from npuops.plan.inputs import PlanRequest
 from npuops.plan.request import plan_pd_over_hosts, plan_request, resolve_target
@@ -324,10 +326,11 @@ class GroupChoices:
 
 
 def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoices, group: GroupChoices, *,
-                  on_event: Callable[[PlaybookEvent], None] | None = None
+                  on_event: Callable[[PlaybookEvent], None] | None = None, served_name: str | None = None
                   ) -> tuple[GroupLaunch, list[InventoryHost], dict[str, Node]]:
     """Plan the group's instance from its hosts' own node models and render every host's files; nothing starts.
-    Returns the launch with its parts, the hosts in order and their node models (for the network check)."""
+    Returns the launch with its parts, the hosts in order and their node models (for the network check).
+    `served_name`: the name the model is served under (a rollout keeps the one clients use)."""
     hosts, nodes = resolve_group(group.inventory, group.group, artifacts_dir=group.artifacts_dir, forks=group.forks,
                                  on_event=on_event)
     ordered = {h.name: nodes[h.name] for h in hosts}
@@ -341,6 +344,8 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
     # Replicas behind a router: every host serves the one-node plan; otherwise one plan over all the hosts.
     sized = replace(request, nodes=1, multinode="auto") if replicas else replace(request, nodes=len(hosts))
     plan = plan_request(settings, sized, target=resolve_target(settings, sized, node=first, host=first.host))
+    if served_name:
+        plan = replace(plan, server=replace(plan.server, served_model_name=served_name))
     if plan.cluster is None and not replicas:
         raise UsageError(f"the plan for {plan.model.served_name} uses one node of the group",
                          "launch it on one host without -i, or ask for --multinode dp/ray/replicas")
@@ -400,10 +405,19 @@ def _prepare_pd_group(settings: Settings, request: PlanRequest, choices: LaunchC
 
 def start_group(launch: GroupLaunch, hosts: Sequence[InventoryHost], nodes: Mapping[str, Node],
                 choices: LaunchChoices, group: GroupChoices, *,
-                on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupLaunch:
-    """Copy every host's files and start the units in order (launch-group.yml), waiting for the endpoint."""
+                on_event: Callable[[PlaybookEvent], None] | None = None,
+                origin: LaunchOrigin | None = None) -> GroupLaunch:
+    """Copy every host's files and start the units in order (launch-group.yml), waiting for the endpoint.
+    `origin`: what the launch was made from, kept on this controller as the group instance's next revision
+    (beside the Ansible artifacts: `npuops rollout NAME -i ... --group ...` starts from it)."""
     launch.staging = group.artifacts_dir / f"staging-{launch.name}-{os.getpid()}"
     ready_wait = choices.start_timeout_s or max(p.record.timeout_start_s for p in launch.parts)
-    return run_group_launch(launch, group.inventory, artifacts_dir=group.artifacts_dir, forks=group.forks,
+    done = run_group_launch(launch, group.inventory, artifacts_dir=group.artifacts_dir, forks=group.forks,
                             service_user=choices.service_user, cluster_wait_s=group.cluster_wait_s,
                             ready_wait_s=ready_wait, peers=network_peers(launch.parts, hosts, nodes), on_event=on_event)
+    if origin is not None and done.run is not None:
+        store = group_store(group.artifacts_dir, group.group)
+        keep_group_revision(store, launch.name, next_revision(store, launch.name), origin,
+                            str(Path(launch.plan.model.path or "").resolve()), launch.plan.server.served_model_name
+                            or launch.plan.model.served_name, [p.host.name for p in launch.parts])
+    return done

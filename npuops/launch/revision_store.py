@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from npuops.instance.record import RECORD_FILE, InstanceRecord
+from npuops.errors import BadInputError, ConfigError
+from npuops.instance.record import RECORD_FILE, InstanceRecord, validate_instance_name
 from npuops.instance.revisions import (
     OUTCOME_SERVING,
     OUTCOME_SUPERSEDED,
@@ -77,7 +78,28 @@ def record_of(files: Sequence[StoredFile], where: str) -> InstanceRecord:
     """The record among a stored part's files."""
     text = next((f.text for f in files if f.name == RECORD_FILE), None)
     if text is None:
-        from npuops.errors import ConfigError
-
         raise ConfigError(f"{where} has no {RECORD_FILE}", "roll out a new revision instead")
     return InstanceRecord.from_json(json.loads(text), where)
+
+
+def group_store(artifacts_dir: Path, group: str) -> Path:
+    """Where the controller keeps a group instance's revisions (the `state_dir` of npuops.instance.revisions)."""
+    try:
+        validate_instance_name(group.lower().replace("_", "-"))
+    except BadInputError:
+        raise BadInputError(f"group name {group!r} is not usable for the revision store",
+                            "name the inventory group with letters, digits, dashes and underscores") from None
+    return artifacts_dir / "revisions" / group
+
+
+def keep_group_revision(store: Path, name: str, number: int, origin: LaunchOrigin, model_path: str,
+                        served_name: str, hosts: Sequence[str], outcome: str = OUTCOME_SERVING) -> None:
+    """A group launch's or rollout's revision on the controller: its request and choices, the hosts it spans."""
+    store.mkdir(parents=True, exist_ok=True)
+    (store / name).mkdir(exist_ok=True)
+    store_revision(store, name, number, origin.to_json(), {})
+    history = [r for r in read_history(store, name) if r.number != number]
+    if outcome == OUTCOME_SERVING:
+        history = [replace(r, outcome=OUTCOME_SUPERSEDED) if r.outcome == OUTCOME_SERVING else r for r in history]
+    write_history(store, name, [*history, Revision(number, time.time(), origin.command, origin.changes, model_path,
+                                                   served_name, tuple(hosts), outcome)])

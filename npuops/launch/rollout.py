@@ -44,13 +44,14 @@ from npuops.instance.revisions import (
     clear_progress,
     hold_out_of_router,
     read_history,
+    read_parts,
     release_hold,
     request_changes,
     stored_launch,
     stored_parts,
     write_progress,
 )
-from npuops.instance.router_admin import join_router
+from npuops.instance.router_admin import join_router, worker_change
 from npuops.launch.install import install
 from npuops.launch.instance_files import InstanceFiles, RenderedFile
 from npuops.launch.local import Reporter, begin_start, follow_started, launch_lock, verify_served
@@ -80,6 +81,10 @@ class RolloutRequest:
     max_unavailable: int = 1
     allow_downtime: bool = False
     undo: bool = False
+    # Over a group, each host switches its replicas to the files the controller staged there (`--from-files DIR`,
+    # DIR/<part>/<file>) as the group's revision `revision`, nothing planned on the host.
+    from_files: Path | None = None
+    revision: int | None = None
 
 
 @dataclass
@@ -161,6 +166,16 @@ def _api_key(record: InstanceRecord) -> str | None:
 
 # --- choosing the target ----------------------------------------------------------------------------------------
 
+def _staged_target(ask: RolloutRequest, number: int, api_key: str | None) -> _Target:
+    assert ask.from_files is not None
+    staged = read_parts(ask.from_files)
+    if not staged or not all(staged.values()):
+        raise BadInputError(f"--from-files {ask.from_files} holds no part's files",
+                            "give the directory the group rollout staged (DIR/<part>/<file>)")
+    origin = LaunchOrigin({}, {}, "rollout (group)", (f"the group's revision {number}, staged in {ask.from_files}",))
+    return _Target(number, origin, _stored_as_files(staged, number, str(ask.from_files)), api_key)
+
+
 def _current(history: Sequence[Revision], name: str) -> Revision:
     """The revision serving now: the last one whose rollout did not end rolled back (one stopped half-way serves
     on some replicas, and is what --undo leaves)."""
@@ -197,6 +212,9 @@ def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revis
     if kept is None:
         raise BadInputError(f"the request of {ask.name}'s revision {current.number} is not kept",
                             f"launch {ask.name} again with the configuration you want")
+    if not kept.get("request"):
+        raise BadInputError(f"{ask.name} here is one host's part of a group's instance",
+                            "roll the group out from the controller: `npuops rollout NAME -i INVENTORY --group GROUP`")
     before = PlanRequest.from_json(kept["request"])
     request = (ask.tuned or before).with_flags(ask.flags)
     changes = request_changes(before.to_json(), request.to_json())
@@ -323,10 +341,10 @@ def _parts(record: InstanceRecord, ask: RolloutRequest, manager: SystemdManager)
     if record.manager != MANAGER_SYSTEMD:
         raise BadInputError(f"{record.name} runs in a terminal (--foreground)",
                             "stop it there and launch it again; rollout switches units")
-    if record.cluster is not None or record.is_replica_set:
+    if record.cluster is not None or (record.is_replica_set and ask.from_files is None):
         raise BadInputError(f"{record.name} is one host's part of a group's instance",
                             "roll a group out host by host with -i INVENTORY --group GROUP")
-    parts = parts_of(record) if record.is_router else [record]
+    parts = parts_of(record) if record.is_router or record.is_replica_set else [record]
     if any(p.pd_role for p in parts):
         raise BadInputError(f"{record.name} is disaggregated (prefill and decode pools)",
                             f"launch {record.name} again to change it")
@@ -335,7 +353,7 @@ def _parts(record: InstanceRecord, ask: RolloutRequest, manager: SystemdManager)
         raise BadInputError(f"cannot roll out {record.name}: {reason}", "run rollout where the instance runs")
     if ask.allow_downtime:
         return parts
-    if not record.is_router:
+    if not (record.is_router or record.is_replica_set):
         raise BadInputError(
             f"{record.name} is a single engine serving its own port: nothing can take its requests while it "
             "restarts", "roll it out with --allow-downtime, or launch it with --dp 2 (two replicas behind a "
@@ -361,11 +379,19 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
     record = load_record(settings.state_dir, ask.name)
     parts = _parts(record, ask, manager)
     history = read_history(settings.state_dir, ask.name)
-    current = _current(history, ask.name)
-    number = next_revision(settings.state_dir, ask.name)
     api_key = _api_key(parts[0])
-    target = (_undo_target(settings, ask.name, history, number, api_key) if ask.undo else
-              _new_target(settings, ask, history, number, api_key, record.served_model_name))
+    if ask.from_files is not None:
+        # A host of a group: the group's revisions are the controller's; the host keeps what it was given.
+        number = ask.revision or next_revision(settings.state_dir, ask.name)
+        current = (_current(history, ask.name) if history else
+                   Revision(parts[0].revision, 0.0, "launch", (), parts[0].model_path, record.served_model_name,
+                            tuple(p.name for p in parts)))
+        target = _staged_target(ask, number, api_key)
+    else:
+        current = _current(history, ask.name)
+        number = next_revision(settings.state_dir, ask.name)
+        target = (_undo_target(settings, ask.name, history, number, api_key) if ask.undo else
+                  _new_target(settings, ask, history, number, api_key, record.served_model_name))
     command = target.origin.command
     if sorted(target.parts) != sorted(p.name for p in parts):
         raise BadInputError(f"revision {current.number} of {ask.name} has the parts {', '.join(sorted(target.parts))}"
@@ -404,13 +430,27 @@ def _finish(settings: Settings, record: InstanceRecord, result: RolloutResult, t
     moved = [p for p in result.parts if p.ok]
     if result.ok:
         finish_revision(settings.state_dir, result.name, result.to_revision, OUTCOME_SERVING)
-        if record.is_router:  # the router's record says what its replicas serve
+        if record.is_router or record.is_replica_set:  # this host's record says what its replicas serve
             first = next(iter(target.parts.values())).record
             write_record(replace(record, revision=result.to_revision, model_path=first.model_path,
                                  prediction=first.prediction, perf_inputs=first.perf_inputs))
         return
     outcome = OUTCOME_STOPPED if moved else OUTCOME_ROLLED_BACK
     finish_revision(settings.state_dir, result.name, result.to_revision, outcome, result.reason)
+
+
+def change_router_workers(settings: Settings, name: str, urls: Sequence[str], how: str) -> list[dict[str, Any]]:
+    """`rollout NAME --leave-router URL` / `--join-router URL` on the host of NAME's router: a group rollout takes
+    another host's replicas out of the router before it switches them, and puts them back after."""
+    router = load_record(settings.state_dir, name)
+    if not router.is_router:
+        raise BadInputError(f"{name} on this host is not a router", "run it on the group's first host")
+    api_key = read_env_file(router.env_file, f"launch {name} again").get("VLLM_API_KEY")
+    out = []
+    for url in urls:
+        change = worker_change(router, url, how, api_key)
+        out.append({"url": url, "done": change.done, "message": change.message})
+    return out
 
 
 def render_rollout_text(result: RolloutResult) -> str:

@@ -48,6 +48,10 @@ _KEEP_LINES = 2000
 _SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
+# Between leaving the router and signalling the engine (see run()).
+LEAVE_GRACE_S = 2.0
+
+
 @dataclass
 class SupervisorOptions:
     # /health is polled every poll_interval_s while starting, then every ready_poll_interval_s (or more often when
@@ -257,18 +261,20 @@ class Supervisor:
         self._kill_group(signal.SIGKILL)
         return process.returncode
 
-    def _router_change(self, change: Callable[[InstanceRecord, str | None], RouterChange | None]) -> None:
-        """A replica behind a router on this host leaves it before its drain and joins it once healthy."""
+    def _router_change(self, change: Callable[[InstanceRecord, str | None], RouterChange | None]) -> bool:
+        """A replica behind a router on this host leaves it before its drain and joins it once healthy; True when
+        the router answered."""
         if not self.record.behind:
-            return
+            return False
         holder = held_out_of_router(self.record) if change is join_router else None
         if holder is not None:
             # A rollout verifies the new revision first (a first request, the golden file) and joins it itself.
             self._say(f"held out of router {self.record.behind} by rollout (pid {holder}) until verified")
-            return
+            return False
         done = change(self.record, self.child_environment().get("VLLM_API_KEY"))
         if done is not None:
             self._say(done.message)
+        return done is not None and done.done
 
     def _count_in_flight(self, held: int) -> None:
         """What a stopping engine still holds (its own shutdown lines say: vLLM's --shutdown-timeout drains them),
@@ -309,8 +315,12 @@ class Supervisor:
             if self._stop.is_set():
                 self.notifier.stopping(f"{self.record.name}: stopping")
                 self._set_stage(Stage.STOPPING)
-                # No new request from the router, then the drain finishes what the replica holds.
-                self._router_change(leave_router)
+                # No new request from the router, then the drain finishes what the replica holds. A request the
+                # router dispatched just before it let the replica go may still be on its way: vLLM's API server
+                # accepts it during the drain and the stopping engine aborts it with no token (run L), so the
+                # engine is signalled only once such a request has had time to arrive and be counted.
+                if self._router_change(leave_router):
+                    time.sleep(LEAVE_GRACE_S)
                 code = self._stop_engine()
                 return self._finish(Outcome(0, "stopped", code))
             if self._hang_signal.is_set():

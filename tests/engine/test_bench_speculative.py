@@ -22,7 +22,9 @@ from tests.support.workspace import PLAN_FLAGS, Workspace, foreground_launch, fo
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-START_TIMEOUT_S = 240.0
+# An engine start on a 2-core CI machine whose other worker serves, streams and restarts engines (the
+# rollout tests) took over 240 s (run L): the wait is for the start, not a bound on it.
+START_TIMEOUT_S = 600.0
 
 
 @dataclass

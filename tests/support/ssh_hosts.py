@@ -80,6 +80,11 @@ REQUIRE_ENV = "NPUOPS_REQUIRE_FLEET"  # "1": the fixture fails instead of skippi
 # before, a broken pipe (runs J and K). Either is at once; a host that does not answer would say "timed out".
 CUT_OFF_CAUSES = ("Connection refused", "Broken pipe")
 
+# A test host's root runs no shell start-up of this machine's: its ~/.bashrc (which bash reads for every ssh command)
+# inits pyenv, whose `pyenv rehash` takes a lock file in the host's overlay; a session killed mid-rehash (an
+# Ansible timeout, a cut connection) leaves the lock behind, and every later ssh command then waited 60 s for it.
+HOST_BASHRC = "# npuops test host: no pyenv init here (tests/support/ssh_hosts.py, HOST_BASHRC)\n"
+
 
 def cut_off(message: str) -> bool:
     """ssh's message says the host's sshd is gone (not that it timed out)."""
@@ -616,6 +621,7 @@ class TestFleet:
             shutil.copyfile(self.fleet_dir / "authorized_keys", dot_ssh / "authorized_keys")
             (dot_ssh / "authorized_keys").chmod(0o600)
             (upper / "etc" / "hostname").write_text(f"{host.name}\n")
+            (upper / "root" / ".bashrc").write_text(HOST_BASHRC)
             key_files.insert(0, ".ssh/authorized_keys")
         config = "\n".join([
             f"ListenAddress {host.address}:{host.port}",

@@ -76,7 +76,7 @@ class StreamingClients:
     """`clients` threads, each streaming one answer after another through 127.0.0.1:`port` until stopped: what
     the users of an endpoint see while it changes under them (every answer kept, whole or cut)."""
 
-    def __init__(self, port: int, key: str | None, clients: int = 4, tokens: int = 96, pause_s: float = 1.0,
+    def __init__(self, port: int, key: str | None, clients: int = 4, tokens: int = 64, pause_s: float = 2.0,
                  model: str = "tiny-llama") -> None:
         # A pause between a client's answers, as a user reads one before asking again: four clients streaming
         # back to back would take both cores of a CI machine, and a replica's new engine would not start.

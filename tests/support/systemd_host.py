@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.ssh_hosts import _port_open, _routes_and_addresses
+from tests.support.ssh_hosts import HOST_BASHRC, _port_open, _routes_and_addresses
 from tests.support.systemd import RealSystemd
 
 BOOT_ID_FILE = "/run/npuops-test-boot-id"
@@ -113,6 +113,7 @@ class SystemdSshHost:
             "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no", "UseDNS no", "PrintMotd no",
             "MaxStartups 50:30:100", "MaxSessions 50", "Subsystem sftp internal-sftp", ""]))
         (root / "etc/hostname").write_text(f"{self.name}\n")
+        (root / "root/.bashrc").write_text(HOST_BASHRC)
         units = root / "etc/systemd/system"
         for unit, text, target in (("npuops-test-sshd.service", _SSHD_UNIT, "multi-user.target"),
                                    ("npuops-test-boot-id.service", _BOOT_ID_UNIT, "sysinit.target")):

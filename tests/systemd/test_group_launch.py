@@ -4,6 +4,9 @@ native data parallel (the leader with the API server on the first host, a `--hea
 launch-group.yml installs and starts each host's hardened unit with the host's real systemctl; the engines run as
 the unprivileged `npuops` user under the sandbox, talk to each other across the bridge, and serve; group status
 and logs read each host's systemd and journal; the follower's unit stopped is named; the group stop ends both.
+The replicas instance (`--multinode replicas`) is also rolled out host by host to another model: the new weights
+checked against the controller's sha256 manifest (a damaged copy stops it first), copied, and each host's replica
+switched while the endpoint serves.
 
 As a provisioned node has them, each host gets the service user and this checkout's npuops installed into the
 engine venv (under /opt, from the system python), inside its own overlay; the model lies under /srv (of this
@@ -157,7 +160,11 @@ def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFle
     first, second = fleet.hosts
     inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
     artifacts = tmp_path / "artifacts"
-    flags = [f if f != "dp" else "replicas" for f in PLAN_FLAGS]
+    # A short drain: the rollout below stops each replica once, and vLLM's CPU EngineCore lingers for the whole
+    # drain timeout after its workers exit. A long start timeout: the rollout starts each host's new engine while
+    # the other host serves a client and, in CI, the other worker runs engines of its own (a start took over
+    # 300 s there); a start that times out is rolled back, which is right, but not what this test is about.
+    flags = [*(f if f != "dp" else "replicas" for f in PLAN_FLAGS), "--drain-timeout", "10", "--start-timeout", "900"]
     rc, out, err = npuops("launch", str(model), *flags, "--name", ROUTED, "--port", "8600", "-i", str(inventory),
                           "--group", "fleet", "--vllm", str(venv / "bin" / "vllm"), "--artifacts", str(artifacts),
                           "--json", timeout=900)
@@ -195,6 +202,8 @@ def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFle
         assert rc == 0 and view["ok"], view
         assert view["hosts"][second.name]["instance"]["role"] == "replicas", view
 
+        _rolls_out_host_by_host(fleet, inventory, artifacts, endpoint, model)
+
         # The second host's replica stopped: the router takes it out, the endpoint keeps serving.
         second.systemd.check(["systemctl", "stop", replica_unit], timeout=120)
         for _ in range(4):
@@ -209,6 +218,83 @@ def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFle
     stopped = json.loads(out)
     assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
     assert first.systemd.unit_property(router_unit, "ActiveState") in ("inactive", "failed")
+
+
+# A client inside the first host (the router listens on its loopback): one completion after another until a stop
+# file appears, then every answer's HTTP status (or error) as JSON.
+LOAD_SCRIPT = (
+    "import json, os, sys, time, urllib.request\n"
+    "opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
+    "url, model, stop = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+    "codes = []\n"
+    "while not os.path.exists(stop):\n"
+    "    body = json.dumps({'model': model, 'prompt': 'the group serves', 'max_tokens': 8,"
+    " 'temperature': 0}).encode()\n"
+    "    request = urllib.request.Request(url + '/v1/completions', data=body,"
+    " headers={'Content-Type': 'application/json'})\n"
+    "    try:\n"
+    "        codes.append(opener.open(request, timeout=120).status)\n"
+    "    except Exception as exc:\n"
+    "        codes.append(str(exc))\n"
+    "    time.sleep(2)\n"
+    "print(json.dumps(codes))\n")
+
+
+def _rolls_out_host_by_host(fleet: SystemdFleet, inventory: Path, artifacts: Path, endpoint: dict[str, Any],
+                            model: Path) -> None:
+    """`npuops rollout NAME -i INVENTORY --group fleet --model B`: the new weights checked on every host against
+    the controller's sha256 manifest (a host whose copy differs stops the rollout before anything changes), then
+    copied and checked, then each host's replica switched in turn while a client inside the first host keeps
+    asking through the endpoint: every answer succeeds, and afterwards every answer comes from model B."""
+    engine_python = engine_python_or_skip()
+    first, second = fleet.hosts
+
+    def answer() -> str:
+        done = first.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"], endpoint["model"]],
+                                 timeout=180)
+        assert done.returncode == 0, done
+        return str(json.loads(done.stdout)["text"])
+
+    before = answer()
+    new_model = make_model(engine_python, model.parent / "tiny-llama-v2", seed=7)
+    # The second host's view of the shared path holds a damaged copy (its overlay over this machine's /srv).
+    damaged = second.systemd.root / new_model.relative_to("/") / "model.safetensors"
+    damaged.parent.mkdir(parents=True, exist_ok=True)
+    damaged.write_bytes(b"\0" * (new_model / "model.safetensors").stat().st_size)
+    group = ("-i", str(inventory), "--group", "fleet", "--artifacts", str(artifacts), "--json")
+    rc, out, err = npuops("rollout", ROUTED, "--model", str(new_model), "--weights-shared", *group, timeout=600)
+    refused = json.loads(out)
+    assert rc == 1 and not refused["ok"] and refused["hosts"] == [], (refused, err[-3000:])
+    assert refused["weights"]["hosts"][second.name]["status"] == "failed", refused["weights"]
+    assert refused["weights"]["hosts"][first.name]["status"] == "ok", refused["weights"]
+    assert f"{second.name}: {new_model}/model.safetensors has sha256" in refused["reason"], refused["reason"]
+    assert sorted(refused["untouched"]) == sorted([first.name, second.name])
+    assert answer() == before  # nothing changed anywhere
+
+    stop_file = "/tmp/npuops-rollout-load-stop"
+    with (artifacts.parent / "load.json").open("wb") as out_file:
+        load = first.systemd.popen_to([str(engine_python), "-c", LOAD_SCRIPT, endpoint["url"], endpoint["model"],
+                                       stop_file], out_file)
+        try:
+            rc, out, err = npuops("rollout", ROUTED, "--model", str(new_model), *group, timeout=1800)
+        finally:
+            first.systemd.check(["touch", stop_file])
+            load.wait(timeout=300)
+    report = json.loads(out)
+    assert rc == 0 and report["ok"], (report, err[-4000:])
+    assert report["weights"]["copied"] and report["weights"]["hosts"][second.name]["status"] == "ok"
+    assert [h["host"] for h in report["hosts"]] == [first.name, second.name], report["hosts"]
+    assert (report["from_revision"], report["to_revision"]) == (1, 2) and report["changes"] == [
+        f"model: {model} -> {new_model}"], report
+    codes = json.loads((artifacts.parent / "load.json").read_text().strip().splitlines()[-1])
+    print(f"group rollout under load: {len(codes)} requests, {sum(c != 200 for c in codes)} failed")  # for -rA
+    assert len(codes) >= 10 and set(codes) == {200}, codes
+    after = answer()
+    assert after != before and {answer() for _ in range(4)} == {after}
+    for host in fleet.hosts:
+        record = json.loads((host.systemd.root / f"etc/npuops/{ROUTED}-r0/instance.json").read_text())
+        assert record["revision"] == 2 and record["model_path"] == str(new_model), record
+        assert not (host.systemd.root / f"etc/npuops/{ROUTED}/incoming-2").exists()  # the staged key is gone
 
 
 PD_COMPLETION = (

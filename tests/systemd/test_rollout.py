@@ -83,11 +83,21 @@ def _served_revisions(node: ServingNode) -> dict[str, int]:
     return {p["name"]: p["revision"] for p in status(node, NAME)["parts"]}
 
 
+GOLDEN = "/srv/npuops-test/rollout-golden.json"
+
+
 @pytest.fixture(scope="module")
 def first_answer(serving_node: ServingNode, port: int, models: dict[str, Path]) -> str:
     # A start timeout for a busy 2-core machine: each new engine starts while the other replica serves the clients.
-    done = serving_node.launch(NAME, port, "--dp", "2", "--start-timeout", "900", "--json", timeout=1500)
+    # A drain of 10 s: every streamed answer here takes a few seconds, and vLLM's CPU EngineCore lingers until the
+    # drain timeout after its workers exit (then it is killed): each of this module's stops then costs 10 s, not 30.
+    done = serving_node.launch(NAME, port, "--dp", "2", "--start-timeout", "900", "--drain-timeout", "10", "--json",
+                               timeout=1500)
     assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stderr[-4000:]
+    # The first model's golden answers, recorded while nothing else runs here (from a replica: the same engine).
+    recorded = serving_node.npuops("golden", "record", "--endpoint", f"http://127.0.0.1:{port + 1}", "--output",
+                                   GOLDEN, "--dtype", "float32", "--max-tokens", "8")
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
     return _answer(port)
 
 
@@ -145,16 +155,33 @@ def test_a_revision_that_does_not_load_is_rolled_back_and_the_endpoint_serves_on
 def test_undo_returns_every_replica_to_the_revision_before(serving_node: ServingNode, port: int,
                                                           first_answer: str) -> None:
     node = serving_node
-    with StreamingClients(port, None, clients=4) as clients:
-        code, report, progress = _rollout(node, "--undo")
+    code, report, progress = _rollout(node, "--undo")
     assert code == 0 and report["ok"], (report, progress[-4000:])
     # From revision 2 (the rolled-back 3 never served) back to 1's files, as revision 4.
     assert (report["from_revision"], report["to_revision"], report["command"]) == (2, 4, "rollout --undo")
     assert report["changes"][0].startswith("back to revision 1 (launch"), report
-    assert clients.cut() == [], [(a.error, a.completion_tokens) for a in clients.cut()]
     assert [_answer(port) for _ in range(4)] == [first_answer] * 4
     assert _served_revisions(node) == {f"{NAME}-r0": 4, f"{NAME}-r1": 4}
     assert [r["outcome"] for r in _revisions(node)] == ["superseded", "superseded", "rolled back", "serving"]
+
+
+def test_a_revision_whose_answers_differ_from_the_golden_file_is_put_back(serving_node: ServingNode, port: int,
+                                                                          models: dict[str, Path],
+                                                                          first_answer: str) -> None:
+    """--verify-golden: a replica of the new revision answers /health and a first request, but not as the golden
+    file (the first model's, which serves again after --undo) says: it goes back before it ever rejoins the
+    router."""
+    node = serving_node
+    golden = GOLDEN
+    code, report, progress = _rollout(node, "--model", str(models["b"]), "--verify-golden", golden)
+    assert code != 0 and not report["ok"], (report, progress[-3000:])
+    (part,) = report["parts"]
+    assert part["rolled_back"] and part["reason"].startswith(f"its answers differ from {golden}"), part
+    assert report["untouched"] == [f"{NAME}-r1"]
+    # It never served a client: the endpoint's answers stayed the first model's throughout.
+    assert [_answer(port) for _ in range(4)] == [first_answer] * 4
+    assert _served_revisions(node) == {f"{NAME}-r0": 4, f"{NAME}-r1": 4}
+    assert _revisions(node)[-1]["outcome"] == "rolled back"
 
 
 def test_remove_takes_the_revisions_with_the_instance(serving_node: ServingNode) -> None:
