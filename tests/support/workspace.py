@@ -120,3 +120,17 @@ def foreground_launch(argv: list[str], env: dict[str, str], root: Path,
             launcher.wait(timeout=60)
         except subprocess.TimeoutExpired:
             kill_group(launcher.pid)
+        kill_leftover_engines(root)
+
+
+def kill_leftover_engines(root: Path) -> None:
+    """The engines the supervisors under `root` started, if still alive: each runs in its own session, so a
+    supervisor killed rather than stopped (a launch that timed out on a busy machine) leaves its engine serving
+    on, for hours (run L left one behind)."""
+    for status in root.rglob("supervisor.json"):
+        try:
+            pid = json.loads(status.read_text(encoding="utf-8")).get("engine_pid")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pid, int) and pid > 1:
+            kill_group(pid)
