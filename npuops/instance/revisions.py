@@ -46,6 +46,8 @@ KEEP_FILES = 5
 OUTCOME_SERVING = "serving"
 OUTCOME_SUPERSEDED = "superseded"
 OUTCOME_STOPPED = "stopped"  # a rollout that stopped half-way: some parts serve it, the rest the one before
+OUTCOME_ROLLED_BACK = "rolled back"  # its first part failed and went back: nothing serves it
+OUTCOME_ROLLING_OUT = "rolling out"  # its rollout is under way (or was killed)
 
 
 @dataclass(frozen=True)

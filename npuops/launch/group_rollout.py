@@ -30,6 +30,8 @@ from npuops.fleet.runner import run_playbook
 from npuops.httpclient import base_url
 from npuops.instance.record import RECORD_FILE, InstanceRecord
 from npuops.instance.revisions import (
+    OUTCOME_ROLLED_BACK,
+    OUTCOME_ROLLING_OUT,
     OUTCOME_SERVING,
     OUTCOME_STOPPED,
     LaunchOrigin,
@@ -48,7 +50,6 @@ from npuops.settings import Settings
 
 PLACE_WEIGHTS_PLAYBOOK = "place-weights.yml"
 ROLLOUT_HOST_PLAYBOOK = "rollout-host.yml"
-OUTCOME_ROLLED_BACK = "rolled back"
 
 
 def weights_manifest(directory: Path) -> dict[str, str]:
@@ -234,7 +235,7 @@ def rollout_group(settings: Settings, ask: GroupRolloutAsk,
         result.untouched = tuple(p.host.name for p in launch.parts)
         return result
     keep_group_revision(store, ask.name, number, origin, str(model), current.served_model_name,
-                        current.parts, outcome="rolling out")
+                        current.parts, outcome=OUTCOME_ROLLING_OUT)
     staging = ask.where.artifacts_dir / f"staging-rollout-{ask.name}-{os.getpid()}"
     step = max(1, ask.rollout.max_unavailable)
     try:

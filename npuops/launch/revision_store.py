@@ -53,11 +53,17 @@ def keep_revision(state_dir: Path, name: str, number: int, origin: LaunchOrigin,
     revision = Revision(number=number, at=time.time(), command=origin.command, changes=origin.changes,
                         model_path=first.model_path, served_model_name=first.served_model_name,
                         parts=tuple(p.name for p in parts), outcome=outcome)
-    history = [r for r in read_history(state_dir, name) if r.number != number]
-    if outcome == OUTCOME_SERVING:
+    add_to_history(state_dir, name, revision)
+    return revision
+
+
+def add_to_history(state_dir: Path, name: str, revision: Revision) -> None:
+    """Append `revision` (replacing an entry of its number); when it serves, the one serving until now is
+    superseded."""
+    history = [r for r in read_history(state_dir, name) if r.number != revision.number]
+    if revision.outcome == OUTCOME_SERVING:
         history = [replace(r, outcome=OUTCOME_SUPERSEDED) if r.outcome == OUTCOME_SERVING else r for r in history]
     write_history(state_dir, name, [*history, revision])
-    return revision
 
 
 def finish_revision(state_dir: Path, name: str, number: int, outcome: str, reason: str = "") -> None:
@@ -98,8 +104,5 @@ def keep_group_revision(store: Path, name: str, number: int, origin: LaunchOrigi
     store.mkdir(parents=True, exist_ok=True)
     (store / name).mkdir(exist_ok=True)
     store_revision(store, name, number, origin.to_json(), {})
-    history = [r for r in read_history(store, name) if r.number != number]
-    if outcome == OUTCOME_SERVING:
-        history = [replace(r, outcome=OUTCOME_SUPERSEDED) if r.outcome == OUTCOME_SERVING else r for r in history]
-    write_history(store, name, [*history, Revision(number, time.time(), origin.command, origin.changes, model_path,
-                                                   served_name, tuple(hosts), outcome)])
+    add_to_history(store, name, Revision(number, time.time(), origin.command, origin.changes, model_path,
+                                         served_name, tuple(hosts), outcome))

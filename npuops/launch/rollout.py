@@ -36,6 +36,8 @@ from npuops.instance.record import (
     write_record,
 )
 from npuops.instance.revisions import (
+    OUTCOME_ROLLED_BACK,
+    OUTCOME_ROLLING_OUT,
     OUTCOME_SERVING,
     OUTCOME_STOPPED,
     LaunchOrigin,
@@ -65,8 +67,6 @@ from npuops.launch.revision_store import (
 )
 from npuops.plan.inputs import PlanRequest
 from npuops.settings import Settings
-
-OUTCOME_ROLLED_BACK = "rolled back"
 
 
 @dataclass(frozen=True)
@@ -400,7 +400,7 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
     for change in target.origin.changes:
         report.progress(f"{ask.name} revision {current.number} -> {number}: {change}")
     keep_revision(settings.state_dir, ask.name, number, target.origin, list(target.parts.values()),
-                  outcome="rolling out")
+                  outcome=OUTCOME_ROLLING_OUT)
     names = tuple(p.name for p in parts)
     ctx = _Context(settings, manager, report, api_key, ask.golden,
                    RolloutProgress(os.getpid(), time.time(), current.number, number, command, names))
