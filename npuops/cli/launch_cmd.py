@@ -167,8 +167,9 @@ def _launch_here(settings: Any, request: Any, choices: Any, *, dry_run: bool, ou
     if choices.foreground:
         if len(prepared.instances) > 1:
             replicas = len(plan.replicas)
-            raise UsageError(f"--foreground runs one engine, but the plan has {replicas} replicas behind a router",
-                             "drop --dp" if request.replicas else
+            raise UsageError(f"--foreground runs one engine, but the plan has {replicas} "
+                             f"replica{'s' if replicas > 1 else ''} behind a router",
+                             "drop --dp and --router-policy" if request.replicas or request.router_policy else
                              "pick the chips of one replica with --devices, or launch as a service")
         return int(local.launch_foreground(prepared.instances[0], settings, api_key=prepared.api_key,
                                            as_json=as_json, notes=prepared.notes, environ=dict(os.environ),

@@ -27,9 +27,22 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
               help="Replicas switched at once (the others keep serving).")
 @click.option("--allow-downtime", is_flag=True,
               help="Roll out even where nothing serves meanwhile (a single engine, or every replica at once).")
+@click.option("--surge", is_flag=True,
+              help="First start one temporary replica of the new revision on chips (or cores) the node has "
+                   "free, behind the router, and remove it after the switches: serving capacity never drops "
+                   "(also for one replica behind a router).")
 @click.option("--undo", is_flag=True, help="Return to the revision before the current one, the same way.")
 @click.option("--history", is_flag=True, help="Show the instance's revisions and change nothing.")
 @fleet_flags(INVENTORY, GROUP, FORKS, ARTIFACTS)
+@click.option("--stack", "stack_row", metavar="ROW",
+              help="With -i/--group: a new stack row, host by host: drain, provision the row with the roles "
+                   "(python, verify; cann and environment when --packages holds a toolkit), doctor, relaunch, "
+                   "rejoin. ROW: a vllm-ascend version of the release matrix, or `inventory` (each host's "
+                   "npuops_stack_pins).")
+@click.option("--packages", "packages_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="With --stack: vendor packages and wheels with a SHA256SUMS manifest (as `provision`).")
+@click.option("--no-hardware-check", is_flag=True,
+              help="With --stack: waive the preflight check for NPUs on the PCI bus (as `provision`).")
 @click.option("--weights-shared", is_flag=True,
               help="With -i/--group: the model directory is already on every host (a shared path): check it "
                    "against this controller's sha256 manifest, copy nothing.")
@@ -38,13 +51,15 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
 @click.option("--revision", "revision_number", type=click.IntRange(1), hidden=True)
 @click.option("--leave-router", "leave_urls", multiple=True, hidden=True)
 @click.option("--join-router", "join_urls", multiple=True, hidden=True)
+@click.option("--no-put-back", "no_put_back", is_flag=True, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress stays on stderr).")
 @click.pass_context
 def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin: str | None, venv: Path | None,
-            golden: Path | None, max_unavailable: int, allow_downtime: bool, undo: bool, history: bool,
-            inventory: Path | None, group: str | None, forks: int, artifacts: Path | None, weights_shared: bool,
+            golden: Path | None, max_unavailable: int, allow_downtime: bool, surge: bool, undo: bool, history: bool,
+            inventory: Path | None, group: str | None, forks: int, artifacts: Path | None, stack_row: str | None,
+            packages_dir: Path | None, no_hardware_check: bool, weights_shared: bool,
             from_files: Path | None, revision_number: int | None, leave_urls: tuple[str, ...],
-            join_urls: tuple[str, ...], as_json: bool, **flags: Any) -> None:
+            join_urls: tuple[str, ...], no_put_back: bool, as_json: bool, **flags: Any) -> None:
     """Switch instance NAME to a new revision (another model directory, tuned file, plan flag or vllm) a replica
     at a time, without dropping a request.
 
@@ -58,7 +73,7 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
 
     validate_instance_name(name)
     given = {k: v for k, v in flags.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
-    if history and (given or tuned_file or vllm_bin or venv or golden or undo):
+    if history and (given or tuned_file or vllm_bin or venv or golden or undo or surge):
         raise UsageError("--history changes nothing", "drop the other options, or --history")
     if undo and (given or tuned_file or vllm_bin or venv):
         raise UsageError("--undo returns to the revision before, as it was", "drop the plan flags, or --undo")
@@ -68,10 +83,26 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise UsageError("-i/--inventory and --group go together", "give both to roll out over a serving group")
     if weights_shared and inventory is None:
         raise UsageError("--weights-shared is for a group rollout", "add -i INVENTORY --group GROUP")
+    if (stack_row or packages_dir or no_hardware_check) and inventory is None:
+        raise UsageError("--stack (and its --packages, --no-hardware-check) is for a group rollout",
+                         "add -i INVENTORY --group GROUP; on one node: `npuops provision` then `npuops rollout "
+                         "NAME --venv DIR`")
+    if (packages_dir or no_hardware_check) and not stack_row:
+        raise UsageError("--packages and --no-hardware-check go with --stack ROW", "add --stack ROW")
+    if stack_row and (given or tuned_file or vllm_bin or venv or weights_shared):
+        raise UsageError(f"--stack {stack_row} changes the stack alone",
+                         "roll the stack out first, then the model or configuration (one change per revision)")
     settings = load_context_settings(ctx)
     if inventory is not None and group is not None:
         if undo or history or from_files or leave_urls or join_urls:
             raise UsageError("a group rollout switches to a new revision", "drop --undo and --history with -i")
+        if surge:
+            raise UsageError("--surge starts a temporary replica on one node; a group switches host by host",
+                             "drop --surge (--max-unavailable sets how many hosts switch at once)")
+        if stack_row:
+            _rollout_stack(settings, name, inventory, group, forks, artifacts, stack_row, packages_dir,
+                           not no_hardware_check, golden, max_unavailable, as_json)
+            return
         _rollout_group(ctx, settings, name, inventory, group, forks, artifacts, given, tuned_file,
                        str(venv / "bin" / "vllm") if venv else vllm_bin, golden, max_unavailable, weights_shared,
                        as_json)
@@ -98,8 +129,8 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise EnvironmentMissingError(reason, "roll out on the node whose systemd runs the instance")
     ask = RolloutRequest(name=name, flags=given, tuned=read_tuned(tuned_file) if tuned_file else None,
                          vllm=str(venv / "bin" / "vllm") if venv else vllm_bin, golden=golden,
-                         max_unavailable=max_unavailable, allow_downtime=allow_downtime, undo=undo,
-                         from_files=from_files, revision=revision_number)
+                         max_unavailable=max_unavailable, allow_downtime=allow_downtime, surge=surge,
+                         undo=undo, from_files=from_files, revision=revision_number, put_back=not no_put_back)
     result = rollout_instance(settings, manager, ask, Reporter(as_json))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_rollout_text(result))
     if not result.ok:
@@ -143,6 +174,26 @@ def _rollout_group(ctx: click.Context, settings: Any, name: str, inventory: Path
                              golden=golden, max_unavailable=max_unavailable)
     ask = GroupRolloutAsk(rollout=rollout, where=where, weights_shared=weights_shared)
     result = rollout_group(settings, ask, on_event=playbook_progress(tasks=True))
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_group_rollout_text(result))
+    if not result.ok:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+def _rollout_stack(settings: Any, name: str, inventory: Path, group: str, forks: int, artifacts: Path | None,
+                   row: str, packages_dir: Path | None, hardware_check: bool, golden: Path | None,
+                   max_unavailable: int, as_json: bool) -> None:
+    from npuops.cli.fleet_flags import artifacts_dir, playbook_progress
+    from npuops.launch.group import GroupChoices
+    from npuops.launch.group_rollout import GroupRolloutAsk, render_group_rollout_text
+    from npuops.launch.rollout import RolloutRequest
+    from npuops.upgrade.stack import StackChoice, rollout_group_stack
+
+    where = GroupChoices(inventory=inventory, group=group, artifacts_dir=artifacts_dir(settings, artifacts),
+                         forks=forks)
+    ask = GroupRolloutAsk(rollout=RolloutRequest(name=name, golden=golden, max_unavailable=max_unavailable),
+                          where=where)
+    stack = StackChoice(row, packages_dir, hardware_check)
+    result = rollout_group_stack(settings, ask, stack, on_event=playbook_progress(tasks=True))
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_group_rollout_text(result))
     if not result.ok:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))

@@ -131,8 +131,9 @@ def select_part(record: InstanceRecord, part: str | None) -> list[InstanceRecord
 
 
 # The units an instance NAME can have on a host: its engine or router, the replicas and PD engines behind a
-# router (NAME-r0, NAME-p0, NAME-d0, ...) and a Ray node.
-_UNIT_OF = r"npuops-{name}(-router|-ray|-[rpd]\d+)?\.service"
+# router (NAME-r0, NAME-p0, NAME-d0, ...), a rollout's surge replica (NAME-surge: stopped with NAME if a killed
+# rollout left it) and a Ray node.
+_UNIT_OF = r"npuops-{name}(-router|-ray|-surge|-[rpd]\d+)?\.service"
 
 
 @dataclass(frozen=True)

@@ -95,9 +95,11 @@ class HostOutcome:
     ok: bool
     message: str = ""
     switch: dict[str, Any] | None = None  # the host's own `rollout --from-files --json`
+    stack: dict[str, Any] | None = None  # a stack rollout's provisioning: the versions and the doctor after
 
     def to_json(self) -> dict[str, Any]:
-        return {"host": self.host, "ok": self.ok, "message": self.message, "switch": self.switch}
+        return {"host": self.host, "ok": self.ok, "message": self.message, "switch": self.switch,
+                "stack": self.stack}
 
 
 @dataclass
@@ -136,7 +138,7 @@ class GroupRolloutAsk:
         return self.rollout.name
 
 
-def _plan(settings: Settings, ask: GroupRolloutAsk, current: Revision, kept: Mapping[str, Any],
+def plan_group_revision(settings: Settings, ask: GroupRolloutAsk, current: Revision, kept: Mapping[str, Any],
           on_event: Callable[[PlaybookEvent], None] | None) -> tuple[GroupLaunch, LaunchOrigin]:
     before = PlanRequest.from_json(kept["request"])
     request = (ask.rollout.tuned or before).with_flags(ask.rollout.flags)
@@ -187,15 +189,19 @@ def _stage(part: HostPart, name: str, staging: Path) -> list[dict[str, str]]:
     return entries
 
 
-def _switch_hosts(ask: GroupRolloutAsk, launch: GroupLaunch, batch: Sequence[HostPart], number: int,
-                  staging: Path, on_event: Callable[[PlaybookEvent], None] | None) -> list[HostOutcome]:
+def switch_hosts(ask: GroupRolloutAsk, launch: GroupLaunch, batch: Sequence[HostPart], number: int,
+                 staging: Path, on_event: Callable[[PlaybookEvent], None] | None, *,
+                 put_back: bool = True) -> list[HostOutcome]:
+    """rollout-host.yml on `batch`: each host's replicas out of the router, switched to the staged files, and back
+    in (`put_back` False: a host whose switch failed stays out, its replicas stopped)."""
     files = {p.host.name: _stage(p, ask.name, staging) for p in batch}
-    urls = [u for p in batch for u in replica_urls(replica_files(p, ask.name))]
+    urls = {p.host.name: replica_urls(replica_files(p, ask.name)) for p in batch}
     run = run_playbook(ROLLOUT_HOST_PLAYBOOK, inventory=ask.where.inventory, artifacts_dir=ask.where.artifacts_dir,
                        limit=ask.where.group, forks=ask.where.forks, on_event=on_event, extravars={
                            "npuops_instance": ask.name, "npuops_router_host": launch.parts[0].host.name,
-                           "npuops_rollout_hosts": [p.host.name for p in batch], "npuops_worker_urls": urls,
-                           "npuops_files": files, "npuops_revision": number,
+                           "npuops_rollout_hosts": [p.host.name for p in batch],
+                           "npuops_worker_urls_by_host": urls, "npuops_files": files, "npuops_revision": number,
+                           "npuops_put_back": put_back,
                            "npuops_golden": str(ask.rollout.golden) if ask.rollout.golden else ""})
     outcomes = []
     for part in batch:
@@ -211,8 +217,8 @@ def _switch_hosts(ask: GroupRolloutAsk, launch: GroupLaunch, batch: Sequence[Hos
     return outcomes
 
 
-def rollout_group(settings: Settings, ask: GroupRolloutAsk,
-                  on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupRolloutResult:
+def current_group_revision(ask: GroupRolloutAsk) -> tuple[Path, Revision, dict[str, Any]]:
+    """The controller's store of the group's revisions, the revision serving now and its kept request."""
     store = group_store(ask.where.artifacts_dir, ask.where.group)
     history = read_history(store, ask.name)
     serving = [r for r in history if r.outcome != OUTCOME_ROLLED_BACK]
@@ -224,7 +230,13 @@ def rollout_group(settings: Settings, ask: GroupRolloutAsk,
     if not kept or not kept.get("request"):
         raise BadInputError(f"the request of {ask.name}'s revision {current.number} is not kept in {store}",
                             "launch it over the group again")
-    launch, origin = _plan(settings, ask, current, kept, on_event)
+    return store, current, kept
+
+
+def rollout_group(settings: Settings, ask: GroupRolloutAsk,
+                  on_event: Callable[[PlaybookEvent], None] | None = None) -> GroupRolloutResult:
+    store, current, kept = current_group_revision(ask)
+    launch, origin = plan_group_revision(settings, ask, current, kept, on_event)
     number = next_revision(store, ask.name)
     result = GroupRolloutResult(ask.name, ask.where.group, current.number, number, origin.changes)
     model = Path(launch.plan.model.path or "").resolve()  # as the rendered files name it
@@ -241,7 +253,7 @@ def rollout_group(settings: Settings, ask: GroupRolloutAsk,
     try:
         for start in range(0, len(launch.parts), step):
             batch = launch.parts[start:start + step]
-            outcomes = _switch_hosts(ask, launch, batch, number, staging, on_event)
+            outcomes = switch_hosts(ask, launch, batch, number, staging, on_event)
             result.hosts += outcomes
             failed = [o for o in outcomes if not o.ok]
             if failed:
@@ -272,8 +284,18 @@ def render_group_rollout_text(result: GroupRolloutResult) -> str:
     for host in result.hosts:
         lines.append(wrapped(f"serves revision {result.to_revision}" if host.ok else
                              f"NOT switched: {host.message}", f"  {host.host:<9} "))
+        if host.stack and host.stack.get("versions"):  # a stack rollout's host that was provisioned
+            lines.append(wrapped(_stack_changes(host.stack), f"  {'':<9} stack "))
     if result.untouched:
         lines.append(f"  untouched {', '.join(result.untouched)}")
     if result.reason:
         lines.append(wrapped(result.reason, "  reason    "))
     return "\n".join(lines)
+
+
+def _stack_changes(stack: Mapping[str, Any]) -> str:
+    """What a stack rollout's provisioning changed on a host: each package of the row, before -> after."""
+    versions = ((stack.get("versions") or {}).get("python_stack") or {})
+    before, after = versions.get("before") or {}, versions.get("after") or {}
+    changed = [f"{k} {before.get(k, '-')} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v]
+    return ", ".join(changed) or "no package of the row changed"

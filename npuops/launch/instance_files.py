@@ -279,7 +279,7 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
     extras = extras or InstanceExtras()
     validate_instance_name(spec.name)
     replicas: tuple[Replica | None, ...] = plan.replicas or (None,)
-    routed = routing is not None or (plan.router is not None and len(replicas) > 1)
+    routed = routing is not None or plan.router is not None
     # Behind a router the replicas take the ports after the router's, then the router's metrics port.
     last_port = spec.port + len(replicas) + (1 if routed else -1)
     if not 1 <= spec.port <= 65535:
@@ -288,24 +288,16 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
         what = f"{len(replicas)} replicas" + (" and the router's metrics" if routed else "")
         raise BadInputError(f"--port {spec.port}: the ports of {what} run to {last_port}, past 65535",
                             f"choose --port {65535 - (last_port - spec.port)} or lower")
-    model_arg = _model_argument(plan)
     instances = []
     for index, replica in enumerate(replicas):
         name = replica_name(spec.name, index) if routed or len(replicas) > 1 else spec.name
-        # One replica's options are the plan's, with this replica's model path, address and port. Behind a
-        # router only the router is reached from outside: the replicas listen on loopback (on the host's serving
-        # address when the router is on another host).
+        # Behind a router only the router is reached from outside: the replicas listen on loopback (on the host's
+        # serving address when the router is on another host).
         replica_host = routing.replica_host if routing is not None else "127.0.0.1"
-        server = replace(plan.server, model=model_arg, host=replica_host if routed else spec.host,
-                         port=spec.port + index + (1 if routed else 0), **extras.server_changes)
-        record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
-        if routed:
-            record = replace(record, behind=spec.name)
-        config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
-            "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
-            FILE_MODES[CONFIG_FILE])
-        instances.append(_render_files(record, spec, config, _environment(plan, spec, extras, replica),
-                                       _unit_variables(record, spec, extras)))
+        instances.append(_render_engine(plan, spec, extras, replica, name=name,
+                                        host=replica_host if routed else spec.host,
+                                        port=spec.port + index + (1 if routed else 0),
+                                        behind=spec.name if routed else None))
     records = [i.record for i in instances]
     if routing is None and routed:
         assert plan.router is not None
@@ -316,6 +308,28 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
     elif routing is not None:
         instances.append(replica_set(spec, records, routing.replica_host))
     return instances
+
+
+def _render_engine(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, replica: Replica | None, *, name: str,
+                   host: str, port: int, behind: str | None) -> InstanceFiles:
+    """One engine's files: the plan's options with this engine's model path, address and port."""
+    server = replace(plan.server, model=_model_argument(plan), host=host, port=port, **extras.server_changes)
+    record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
+    if behind is not None:
+        record = replace(record, behind=behind)
+    config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {
+        "name": name, "serve_options": server.config_file(), "hardware_label": plan.target.label}),
+        FILE_MODES[CONFIG_FILE])
+    return _render_files(record, spec, config, _environment(plan, spec, extras, replica),
+                         _unit_variables(record, spec, extras))
+
+
+def render_surge_replica(plan: Plan, spec: LaunchSpec, replica: Replica, *, name: str, port: int) -> InstanceFiles:
+    """One more replica of a routed instance's plan, on its own name, port and devices, behind the instance's
+    router: the temporary replica `rollout --surge` serves on while the others switch."""
+    validate_instance_name(name)
+    return _render_engine(plan, spec, InstanceExtras(), replica, name=name, host="127.0.0.1", port=port,
+                          behind=spec.name)
 
 
 def replica_set(spec: LaunchSpec, replicas: Sequence[InstanceRecord], host: str) -> InstanceFiles:

@@ -21,7 +21,7 @@ from typing import Any
 
 from npuops.doctor.model import Status
 from npuops.envfile import read_env_file
-from npuops.errors import BadInputError, ConfigError
+from npuops.errors import BadInputError, ConfigError, NpuopsError
 from npuops.instance.control import parts_of
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import (
@@ -65,6 +65,7 @@ from npuops.launch.revision_store import (
     switched_parts,
     with_revision,
 )
+from npuops.launch.surge import remove_surge, surge_files
 from npuops.plan.inputs import PlanRequest
 from npuops.settings import Settings
 
@@ -80,11 +81,15 @@ class RolloutRequest:
     golden: Path | None = None
     max_unavailable: int = 1
     allow_downtime: bool = False
+    surge: bool = False  # a temporary extra replica of the new revision serves while the others switch
     undo: bool = False
     # Over a group, each host switches its replicas to the files the controller staged there (`--from-files DIR`,
     # DIR/<part>/<file>) as the group's revision `revision`, nothing planned on the host.
     from_files: Path | None = None
     revision: int | None = None
+    # A stack rollout's host: a replica that fails on the new stack stays stopped (its files put back would run
+    # on the same changed venv).
+    put_back: bool = True
 
 
 @dataclass
@@ -112,6 +117,7 @@ class RolloutResult:
     parts: list[PartOutcome]
     untouched: tuple[str, ...] = ()
     reason: str = ""
+    surge: PartOutcome | None = None  # the temporary replica's start (it is removed after the switches)
 
     @property
     def ok(self) -> bool:
@@ -121,7 +127,7 @@ class RolloutResult:
         return {"ok": self.ok, "name": self.name, "command": self.command, "from_revision": self.from_revision,
                 "to_revision": self.to_revision, "changes": list(self.changes),
                 "parts": [p.to_json() for p in self.parts], "untouched": list(self.untouched),
-                "reason": self.reason}
+                "reason": self.reason, "surge": self.surge.to_json() if self.surge else None}
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class _Target:
     origin: LaunchOrigin
     parts: dict[str, InstanceFiles]  # by part name, the new revision's files
     api_key: str | None
+    surge: InstanceFiles | None = None
 
 
 # --- what is installed now ----------------------------------------------------------------------------------------
@@ -186,8 +193,9 @@ def _current(history: Sequence[Revision], name: str) -> Revision:
     return serving[-1]
 
 
-def _undo_target(settings: Settings, name: str, history: Sequence[Revision], number: int,
+def _undo_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
                  api_key: str | None) -> _Target:
+    name = ask.name
     current = _current(history, name)
     for earlier in reversed([r for r in history if r.number < current.number and r.outcome != OUTCOME_ROLLED_BACK]):
         stored = stored_parts(settings.state_dir, name, earlier.number)
@@ -196,17 +204,51 @@ def _undo_target(settings: Settings, name: str, history: Sequence[Revision], num
             origin = LaunchOrigin(launch["request"], launch["choices"], "rollout --undo",
                                   (f"back to revision {earlier.number} ({earlier.command}, "
                                    f"{earlier.served_model_name} from {earlier.model_path})",))
-            return _Target(number, origin, _stored_as_files(stored, number, f"revision {earlier.number}"), api_key)
+            surge = None
+            if ask.surge:  # the earlier revision's request planned again, for its one extra replica
+                surge = _planned(settings, ask.name, PlanRequest.from_json(launch["request"]), launch["choices"],
+                                 api_key, number, surge=True)[1]
+            return _Target(number, origin, _stored_as_files(stored, number, f"revision {earlier.number}"), api_key,
+                           surge)
     raise BadInputError(f"{name} has no earlier revision to return to (revision {current.number} is its first, "
                         "or the files of the earlier ones were pruned)",
                         f"roll out the revision you want: `npuops rollout {name} --model DIR`")
 
 
-def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
-                api_key: str | None, served_name: str) -> _Target:
+def _planned(settings: Settings, name: str, request: PlanRequest, kept_choices: Mapping[str, Any],
+             api_key: str | None, number: int, *, vllm: str | None = None,
+             surge: bool = False) -> tuple[list[InstanceFiles], InstanceFiles | None]:
+    """The request planned and rendered for this node as the instance's revision `number`: the parts to switch
+    (served under the name clients know) and, with `surge`, the temporary extra replica."""
     from npuops.launch.prepare import LaunchChoices, prepare_local
     from npuops.plan.request import plan_request
 
+    if request.pd is not None or request.nodes != 1:
+        raise BadInputError("rollout switches the replicas of one node's instance",
+                            f"launch {name} again for a disaggregated or multi-node configuration")
+    choices = LaunchChoices.from_json(kept_choices)
+    if vllm:
+        choices = replace(choices, vllm=vllm)
+    running = load_record(settings.state_dir, name)
+    plan = plan_request(settings, request)
+    # Clients ask for the model by the name they know: a new model directory serves under it too.
+    plan = replace(plan, server=replace(plan.server, served_model_name=running.served_model_name))
+    prepared = prepare_local(settings, plan, choices, api_key=api_key)
+    _check_same_shape(name, prepared.instances, settings)
+    parts = [with_revision(i, number) for i in switched_parts(prepared.instances)]
+    extra = None
+    if surge:
+        # The node's chips, not the plan's: an instance launched on --devices 0-3 may surge onto 4-7.
+        from npuops.plan.request import resolve_target
+
+        chips = (resolve_target(settings, replace(request, devices=None)).device_ids if request.devices else
+                 plan.target.device_ids)
+        extra = surge_files(settings.state_dir, plan, prepared.spec, running, number, chips)
+    return parts, extra
+
+
+def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
+                api_key: str | None) -> _Target:
     current = _current(history, ask.name)
     kept = stored_launch(settings.state_dir, ask.name, current.number)
     if kept is None:
@@ -218,23 +260,13 @@ def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revis
     before = PlanRequest.from_json(kept["request"])
     request = (ask.tuned or before).with_flags(ask.flags)
     changes = request_changes(before.to_json(), request.to_json())
-    if request.pd is not None or request.nodes != 1:
-        raise BadInputError("rollout switches the replicas of one node's instance",
-                            f"launch {ask.name} again for a disaggregated or multi-node configuration")
-    choices = LaunchChoices.from_json(kept["choices"])
-    if ask.vllm:
-        choices = replace(choices, vllm=ask.vllm)
-    plan = plan_request(settings, request)
-    # Clients ask for the model by the name they know: a new model directory serves under it too.
-    plan = replace(plan, server=replace(plan.server, served_model_name=served_name))
-    prepared = prepare_local(settings, plan, choices, api_key=api_key)
+    parts, surge = _planned(settings, ask.name, request, kept["choices"], api_key, number, vllm=ask.vllm,
+                            surge=ask.surge)
     if ask.vllm and ask.vllm != kept["choices"].get("vllm"):
         changes.append(f"vllm: {kept['choices'].get('vllm') or 'the serving venv'} -> {ask.vllm}")
-    origin = LaunchOrigin(request.to_json(), choices.to_json(), "rollout",
-                          tuple(changes) or ("no change: a rolling restart",))
-    parts = {i.name: with_revision(i, number) for i in switched_parts(prepared.instances)}
-    _check_same_shape(ask.name, prepared.instances, settings)
-    return _Target(number, origin, parts, api_key)
+    choices = dict(kept["choices"], vllm=ask.vllm) if ask.vllm else kept["choices"]
+    origin = LaunchOrigin(request.to_json(), choices, "rollout", tuple(changes) or ("no change: a rolling restart",))
+    return _Target(number, origin, {i.name: i for i in parts}, api_key, surge)
 
 
 def _routing(argv: Sequence[str]) -> list[str]:
@@ -274,6 +306,7 @@ class _Context:
     api_key: str | None
     golden: Path | None
     progress: RolloutProgress
+    put_back: bool = True
 
 
 def _start_and_verify(files: InstanceFiles, ctx: _Context, golden: Path | None) -> tuple[str, dict[str, Any] | None]:
@@ -323,15 +356,48 @@ def _switch(old: InstanceRecord, new: InstanceFiles, ctx: _Context) -> PartOutco
         _join(new.record, ctx)
         ctx.report.progress(f"{old.name}: serves revision {new.record.revision}")
         return PartOutcome(old.name, True, new.record.revision, time.monotonic() - started, first_request=first)
+    ctx.manager.stop(new.record.unit, timeout=new.record.stop_timeout_s + 30)
+    if not ctx.put_back:
+        ctx.report.progress(f"{old.name}: revision {new.record.revision} failed ({why}); stopped, out of the router")
+        return PartOutcome(old.name, False, new.record.revision, time.monotonic() - started,
+                           f"{why}; stopped (its stack changed under it: it must not serve)", first_request=first)
     ctx.report.progress(f"{old.name}: revision {new.record.revision} failed ({why}); back to revision "
                         f"{old.revision}")
-    ctx.manager.stop(new.record.unit, timeout=new.record.stop_timeout_s + 30)
     again, _ = _start_and_verify(before, ctx, None)
     _join(before.record, ctx)
     if again:
         why += f"; and revision {old.revision} did not come back either: {again}"
     return PartOutcome(old.name, False, old.revision, time.monotonic() - started, why, rolled_back=not again,
                        first_request=first)
+
+
+def _start_surge(files: InstanceFiles, ctx: _Context) -> PartOutcome:
+    """The temporary replica of the new revision: started held out of the router, verified, then in."""
+    started = time.monotonic()
+    remove_surge(ctx.settings.state_dir, files.record.behind or "", ctx.manager)  # one a killed rollout left
+    ctx.progress = replace(ctx.progress, current=(files.name,), step="starting a surge replica")
+    write_progress(ctx.settings.state_dir, files.record.behind or files.name, ctx.progress)
+    devices = f" on chip(s) {','.join(map(str, files.record.devices))}" if files.record.devices else ""
+    ctx.report.progress(f"{files.name}: a surge replica of revision {files.record.revision} on port "
+                        f"{files.record.port}{devices}")
+    files.record.directory.mkdir(parents=True, exist_ok=True)
+    hold_out_of_router(files.record, os.getpid())
+    why, first = _start_and_verify(files, ctx, ctx.golden)
+    if why:
+        ctx.report.progress(f"{files.name}: {why}; nothing switched")
+        return PartOutcome(files.name, False, files.record.revision, time.monotonic() - started, why,
+                           first_request=first)
+    _join(files.record, ctx)
+    return PartOutcome(files.name, True, files.record.revision, time.monotonic() - started, first_request=first)
+
+
+def _retire_surge(name: str, ctx: _Context) -> None:
+    ctx.report.progress(f"{name}: the surge replica leaves the router, drains and is removed")
+    try:
+        remove_surge(ctx.settings.state_dir, name, ctx.manager)
+    except NpuopsError as exc:  # the rollout's outcome stands; the operator removes it
+        ctx.report.progress(f"{name}: the surge replica was not removed ({exc}); `npuops remove {name}-surge "
+                            "--force`")
 
 
 # --- the rollout --------------------------------------------------------------------------------------------------
@@ -351,17 +417,28 @@ def _parts(record: InstanceRecord, ask: RolloutRequest, manager: SystemdManager)
     reason = manager.unavailable_reason()
     if reason:
         raise BadInputError(f"cannot roll out {record.name}: {reason}", "run rollout where the instance runs")
+    if ask.surge and not record.is_router:
+        raise BadInputError(f"--surge: {record.name} has no router on this host to send requests to a surge "
+                            "replica" + (" (over a group, hosts switch at a time)" if record.is_replica_set else ""),
+                            f"launch {record.name} behind a router (--router-policy POLICY, or --dp 2) to roll it "
+                            "out with --surge, or roll it out with --allow-downtime")
     if ask.allow_downtime:
         return parts
     if not (record.is_router or record.is_replica_set):
         raise BadInputError(
             f"{record.name} is a single engine serving its own port: nothing can take its requests while it "
-            "restarts", "roll it out with --allow-downtime, or launch it with --dp 2 (two replicas behind a "
-            "router) to roll it out without dropping a request")
-    if ask.max_unavailable >= len(parts):
-        raise BadInputError(f"--max-unavailable {ask.max_unavailable} would take all {len(parts)} replicas of "
-                            f"{record.name} out at once", f"use --max-unavailable {len(parts) - 1} or less, or "
-                            "--allow-downtime")
+            "restarts", "roll it out with --allow-downtime, or launch it behind a router (--router-policy "
+            "POLICY, or --dp 2) and roll it out with --surge, without dropping a request")
+    serving = len(parts) + (1 if ask.surge else 0)
+    if ask.max_unavailable >= serving:
+        alone = len(parts) == 1 and not ask.surge
+        what = (f"{record.name}'s only replica would leave its router with nothing to send requests to"
+                if alone else f"--max-unavailable {ask.max_unavailable} would take all {serving} "
+                f"replicas of {record.name}{' (its surge replica too)' if ask.surge else ''} out at once")
+        fix = ("roll it out with --surge (a temporary replica serves meanwhile), or --allow-downtime"
+               if alone else f"use --max-unavailable {serving - 1} or less, or "
+               "--allow-downtime")
+        raise BadInputError(what, fix)
     down = [p.name for p in parts if manager.state(p.unit).active_state != "active"]
     if down:
         raise BadInputError(f"{', '.join(down)} of {record.name} not running: taking another replica out would "
@@ -390,8 +467,8 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
     else:
         current = _current(history, ask.name)
         number = next_revision(settings.state_dir, ask.name)
-        target = (_undo_target(settings, ask.name, history, number, api_key) if ask.undo else
-                  _new_target(settings, ask, history, number, api_key, record.served_model_name))
+        target = (_undo_target(settings, ask, history, number, api_key) if ask.undo else
+                  _new_target(settings, ask, history, number, api_key))
     command = target.origin.command
     if sorted(target.parts) != sorted(p.name for p in parts):
         raise BadInputError(f"revision {current.number} of {ask.name} has the parts {', '.join(sorted(target.parts))}"
@@ -403,10 +480,17 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
                   outcome=OUTCOME_ROLLING_OUT)
     names = tuple(p.name for p in parts)
     ctx = _Context(settings, manager, report, api_key, ask.golden,
-                   RolloutProgress(os.getpid(), time.time(), current.number, number, command, names))
+                   RolloutProgress(os.getpid(), time.time(), current.number, number, command, names),
+                   ask.put_back)
     result = RolloutResult(ask.name, command, current.number, number, target.origin.changes, [])
     step = max(1, ask.max_unavailable)
     try:
+        if target.surge is not None:
+            result.surge = _start_surge(target.surge, ctx)
+            if not result.surge.ok:
+                result.reason = f"{result.surge.name}: {result.surge.reason}"
+                result.untouched = names
+                parts = []
         for start in range(0, len(parts), step):
             batch = parts[start:start + step]
             ctx.progress = replace(ctx.progress, current=tuple(p.name for p in batch), step="switching")
@@ -421,6 +505,8 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
                 result.untouched = names[start + step:]
                 break
     finally:
+        if target.surge is not None:
+            _retire_surge(ask.name, ctx)
         clear_progress(settings.state_dir, ask.name)
     _finish(settings, record, result, target)
     return result
@@ -459,6 +545,9 @@ def render_rollout_text(result: RolloutResult) -> str:
     verb = "rolled out" if result.ok else "stopped"
     lines = [f"{result.name}: {result.command} {verb}, revision {result.from_revision} -> {result.to_revision}"]
     lines += [wrapped(change, "  change    ") for change in result.changes]
+    if result.surge is not None:
+        lines.append(f"  {result.surge.name:<9} " + (f"served revision {result.surge.revision} during the switches, "
+                     "removed" if result.surge.ok else "did not start: nothing switched"))
     for part in result.parts:
         state = f"serves revision {part.revision} ({part.seconds:.0f} s)"
         if not part.ok:

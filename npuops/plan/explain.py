@@ -127,9 +127,11 @@ def _router(plan: Plan) -> Iterator[Explanation]:
     if router is None:
         return
     chosen = "as asked (--router-policy)" if plan.options.router_policy else "the default"
-    yield Explanation("router_policy", router.policy,
-                      f"one endpoint for the {plan.replica_count} replicas (vllm-router on --host/--port, the "
-                      f"replicas on 127.0.0.1 behind it); {router.policy}, {chosen}: {router.why}")
+    which = (f"the {plan.replica_count} replicas (vllm-router on --host/--port, the replicas on 127.0.0.1 behind "
+             "it)" if plan.replica_count > 1 else "one replica (vllm-router on --host/--port, the replica on "
+             "127.0.0.1 behind it: `rollout --surge` can then switch it without a gap)")
+    yield Explanation("router_policy", router.policy, f"one endpoint for {which}; {router.policy}, {chosen}: "
+                      f"{router.why}")
 
 
 def _calibration(plan: Plan) -> Iterator[Explanation]:

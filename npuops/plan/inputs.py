@@ -130,7 +130,7 @@ class PlanRequest:
         "dp", "Run exactly N independent engines on this node behind one router endpoint (also on the CPU target)."))
     router_policy: str | None = declared(limits=Limits(choices=ROUTER_POLICIES), flag=UserFlag(
         "router-policy", "How the router in front of several replicas spreads requests [default: chosen and "
-        "explained by the plan]."))
+        "explained by the plan]; with one replica, a router in front of it (for rollout --surge)."))
     speculative: str | None = declared(flag=UserFlag(
         "speculative", "Speculative decoding METHOD[:K] (mtp, eagle3, ngram, suffix, draft_model, ...; none: off) "
         "[default: the model's MTP layers where it ships them]."))

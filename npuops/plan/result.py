@@ -118,8 +118,8 @@ class Plan:
             "served_model_name": s.served_model_name,
             "vllm_ascend_version": self.release,
             "replica_mode": (f"one endpoint over {cluster.nodes} nodes" if cluster else
-                             f"{self.replica_count} replicas behind one router" if self.router is not None
-                             else "single instance"),
+                             f"{self.replica_count} replica{'s' if self.replica_count > 1 else ''} behind one router"
+                             if self.router is not None else "single instance"),
             "router_policy": self.router.policy if self.router is not None else None,
             "speculative_config": s.speculative_config,
             "additional_config": s.additional_config,

@@ -108,8 +108,10 @@ class RouterOptions:
 
 
 def plan_router(replica_count: int, policy: str | None) -> RouterOptions | None:
-    """A router when the plan has several replicas on one node; the operator's policy, else the default (it held
-    for every workload measured so far: docs/router.md)."""
-    if replica_count < 2:
+    """A router when the plan has several replicas on one node, or one replica and the operator asked for a
+    policy (a single replica behind a router can be rolled out with `rollout --surge` without dropping a
+    request); the operator's policy, else the default (it held for every workload measured so far:
+    docs/router.md)."""
+    if replica_count < 2 and policy is None:
         return None
     return RouterOptions(policy=policy or DEFAULT_POLICY)

