@@ -83,15 +83,8 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise UsageError("-i/--inventory and --group go together", "give both to roll out over a serving group")
     if weights_shared and inventory is None:
         raise UsageError("--weights-shared is for a group rollout", "add -i INVENTORY --group GROUP")
-    if (stack_row or packages_dir or no_hardware_check) and inventory is None:
-        raise UsageError("--stack (and its --packages, --no-hardware-check) is for a group rollout",
-                         "add -i INVENTORY --group GROUP; on one node: `npuops provision` then `npuops rollout "
-                         "NAME --venv DIR`")
-    if (packages_dir or no_hardware_check) and not stack_row:
-        raise UsageError("--packages and --no-hardware-check go with --stack ROW", "add --stack ROW")
-    if stack_row and (given or tuned_file or vllm_bin or venv or weights_shared):
-        raise UsageError(f"--stack {stack_row} changes the stack alone",
-                         "roll the stack out first, then the model or configuration (one change per revision)")
+    _check_stack_flags(stack_row, bool(packages_dir or no_hardware_check), inventory is not None,
+                       bool(given or tuned_file or vllm_bin or venv or weights_shared))
     settings = load_context_settings(ctx)
     if inventory is not None and group is not None:
         if undo or history or from_files or leave_urls or join_urls:
@@ -135,6 +128,18 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_rollout_text(result))
     if not result.ok:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
+
+
+def _check_stack_flags(stack_row: str | None, stack_options: bool, grouped: bool, other_changes: bool) -> None:
+    if (stack_row or stack_options) and not grouped:
+        raise UsageError("--stack (and its --packages, --no-hardware-check) is for a group rollout",
+                         "add -i INVENTORY --group GROUP; on one node: `npuops provision` then `npuops rollout "
+                         "NAME --venv DIR`")
+    if stack_options and not stack_row:
+        raise UsageError("--packages and --no-hardware-check go with --stack ROW", "add --stack ROW")
+    if stack_row and other_changes:
+        raise UsageError(f"--stack {stack_row} changes the stack alone",
+                         "roll the stack out first, then the model or configuration (one change per revision)")
 
 
 def _print_history(settings: Any, name: str, as_json: bool) -> None:
