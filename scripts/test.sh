@@ -31,6 +31,8 @@ command -v makeself >/dev/null || need_pkgs+=(makeself)
 [ -x /usr/sbin/sshd ] || need_pkgs+=(openssh-server)
 command -v ip >/dev/null || need_pkgs+=(iproute2)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+# `npuops monitor render`'s configuration and rules are checked and unit-tested with promtool (Debian's prometheus).
+command -v promtool >/dev/null || need_pkgs+=(prometheus)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     # Packages must not start services here (openssh-server would start an sshd on this machine's port 22):
@@ -58,6 +60,8 @@ PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install -q --disable-pip-version
 # NPUOPS_REQUIRE_ENGINE=1 turns a missing engine into a test error, so these tests cannot silently skip; the
 # same for the sshd test hosts of the fleet tests (NPUOPS_REQUIRE_FLEET=1).
 export NPUOPS_REQUIRE_FLEET=${NPUOPS_REQUIRE_FLEET:-1}
+# promtool (Debian's prometheus, installed above) checks and unit-tests the monitoring rules.
+export NPUOPS_REQUIRE_PROMTOOL=${NPUOPS_REQUIRE_PROMTOOL:-1}
 # ... and for real systemd booted as PID 1 in a namespace (tests/systemd, the --allow-reboot provisioning test).
 export NPUOPS_REQUIRE_SYSTEMD=${NPUOPS_REQUIRE_SYSTEMD:-1}
 if [ -z "${NPUOPS_ENGINE_PYTHON:-}" ]; then

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("npuops.cli.service_cmds:logs", "Show a launched instance's logs."),
     "bench": ("npuops.cli.bench_cmd:bench", "Measure an instance with vLLM's own benchmark beside the plan."),
     "tune": ("npuops.cli.tune_cmd:tune", "Find the best batching for a model with real trials and benches."),
+    "monitor": ("npuops.cli.monitor_cmd:monitor", "Prometheus targets and alert rules for this node's instances."),
     "golden": ("npuops.cli.golden_cmd:golden", "Record a served model's answers to check later runs against."),
     "provision": ("npuops.cli.provision_cmd:provision", "Install driver, CANN and the Python stack with Ansible."),
     "packages": ("npuops.cli.provision_cmd:packages", "Index the vendor packages provisioning installs (SHA256SUMS)."),

@@ -1,0 +1,189 @@
+"""npuops' Prometheus rules, one typed description each: the recording rules the dashboards and alerts share, and
+the alerts with a summary, a description that names the fix (a doctor check or an npuops command) and a runbook.
+
+The latency alerts are per instance: an instance's TTFT or TPOT p99 above its own plan's prediction by a factor
+means something for that model on that hardware, where one fixed threshold would be noise for a 400B model and
+silence for a tiny one. Everything is rendered through yaml.safe_dump: an instance name or a check id never
+reaches the file as YAML syntax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from npuops.instance.record import InstanceRecord
+from npuops.monitor.targets import ENGINES_JOB, ROUTERS_JOB
+
+# The alerts' default thresholds (the doctor's own for chip temperature: npuops/data/doctor_thresholds.toml).
+LATENCY_FACTOR = 3.0
+KV_CACHE_HIGH = 0.9
+DOCTOR_STALE_S = 1800
+CLOCK_SKEW_S = 0.5
+CHIP_TEMPERATURE_C = 85
+
+
+@dataclass(frozen=True)
+class Recording:
+    record: str
+    expr: str
+
+    def to_yaml(self) -> dict[str, Any]:
+        return {"record": self.record, "expr": self.expr}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert: the condition, how long it must hold, and what the operator reads when it fires."""
+
+    name: str
+    expr: str
+    summary: str
+    description: str  # what is wrong and the fix: an npuops command or a doctor check id
+    severity: str = "warning"
+    for_: str = "5m"
+    runbook: str = ""  # the doctor check's page (`npuops doctor --explain ID`) or the docs page
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_yaml(self) -> dict[str, Any]:
+        annotations = {"summary": self.summary, "description": self.description}
+        if self.runbook:
+            annotations["runbook_url"] = self.runbook
+        return {"alert": self.name, "expr": self.expr, "for": self.for_,
+                "labels": {"severity": self.severity, **self.labels}, "annotations": annotations}
+
+
+def _p99(metric: str, matcher: str = "") -> str:
+    return (f"histogram_quantile(0.99, sum by (le, npuops_instance) "
+            f"(rate({metric}_bucket{{{matcher}}}[5m])))")
+
+
+RECORDINGS: tuple[Recording, ...] = (
+    Recording("npuops:ttft_seconds:p99", _p99("vllm:time_to_first_token_seconds")),
+    Recording("npuops:tpot_seconds:p99", _p99("vllm:request_time_per_output_token_seconds")),
+    Recording("npuops:itl_seconds:p99", _p99("vllm:inter_token_latency_seconds")),
+    Recording("npuops:generation_tokens:rate5m",
+              "sum by (npuops_instance) (rate(vllm:generation_tokens_total[5m]))"),
+    Recording("npuops:requests:rate5m", "sum by (npuops_instance) (rate(vllm:request_success_total[5m]))"),
+    Recording("npuops:kv_cache_usage:max", "max by (npuops_instance) (vllm:kv_cache_usage_perc)"),
+    Recording("npuops:requests_waiting:sum", "sum by (npuops_instance) (vllm:num_requests_waiting)"),
+)
+
+_PART = "{{ $labels.npuops_part }}"
+_INSTANCE = "{{ $labels.npuops_instance }}"
+_CHIP = "chip {{ $labels.id }} on {{ $labels.host }}"
+
+
+def _doctor(check_id: str) -> str:
+    return f"`npuops doctor --only {check_id}` on the node; `npuops doctor --explain {check_id}` for the fix"
+
+
+# The alerts every node gets, whatever it serves.
+ALERTS: tuple[Alert, ...] = (
+    Alert("NpuopsEngineDown", f'up{{job="{ENGINES_JOB}"}} == 0', f"{_PART} does not answer /metrics",
+          f"the engine of {_PART} ({_INSTANCE}) is down or hung: `npuops status {_INSTANCE}`, "
+          f"`npuops logs {_INSTANCE}` (systemd restarts it; the supervisor's diagnosis names the cause)",
+          severity="critical", for_="1m"),
+    Alert("NpuopsEngineRestarting", f'changes(process_start_time_seconds{{job="{ENGINES_JOB}"}}[30m]) >= 2',
+          f"{_PART} restarted twice or more in 30 minutes",
+          f"the engine of {_PART} keeps restarting (a crash loop ends at StartLimitBurst=): `npuops logs "
+          f"{_INSTANCE}` for the cause, `npuops doctor` on the node", for_="0m"),
+    Alert("NpuopsRouterDown", f'up{{job="{ROUTERS_JOB}"}} == 0', f"the router of {_INSTANCE} does not answer",
+          f"no request reaches {_INSTANCE}'s replicas: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`",
+          severity="critical", for_="1m"),
+    Alert("NpuopsReplicaOutOfRouter", "vllm_router_worker_health == 0",
+          "{{ $labels.worker }} is out of router {{ $labels.npuops_instance }}",
+          f"the router sends {{{{ $labels.worker }}}} nothing (its health check fails): `npuops status {_INSTANCE}` "
+          "names the replica and its state", for_="2m"),
+    Alert("NpuopsKvCacheHigh", f"vllm:kv_cache_usage_perc > {KV_CACHE_HIGH}",
+          f"{_PART}'s KV cache is over {KV_CACHE_HIGH:.0%} full",
+          f"requests of {_INSTANCE} queue or get preempted: plan more KV cache or replicas (`npuops plan`, "
+          f"`npuops rollout {_INSTANCE} --max-num-seqs N`)", for_="10m"),
+    Alert("NpuopsQueueGrowing", "vllm:num_requests_waiting > 0 and deriv(vllm:num_requests_waiting[10m]) > 0",
+          f"requests wait at {_PART}, more every minute",
+          f"{_INSTANCE} gets more than it serves: add replicas (`npuops launch --dp N`) or check `npuops bench "
+          f"{_INSTANCE}` against the plan's prediction", for_="10m"),
+    Alert("NpuopsRequestErrors", 'sum by (npuops_instance, npuops_part) (rate(http_requests_total{status="5xx"}[5m])) '
+          '> 0 or sum by (npuops_instance, npuops_part) (rate(vllm:request_success_total{finished_reason="error"}'
+          "[5m])) > 0", f"{_PART} answers with errors",
+          f"requests to {_INSTANCE} fail: `npuops logs {_INSTANCE}`", for_="5m"),
+    Alert("NpuopsRouterErrors", "sum by (npuops_instance) (rate(vllm_router_request_errors_total[5m])) > 0",
+          f"router {_INSTANCE} answers with errors",
+          f"requests through {_INSTANCE}'s router fail: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`"),
+    Alert("NpuChipUnhealthy", "npu_chip_info_health_status == 0", f"{_CHIP} is not healthy",
+          f"npu-smi reports the chip's health not OK: {_doctor('chip-health')}", severity="critical", for_="1m",
+          runbook="chip-health"),
+    Alert("NpuChipHot", f"npu_chip_info_temperature > {CHIP_TEMPERATURE_C}",
+          f"{_CHIP} is over {CHIP_TEMPERATURE_C} C", f"the chip runs hot (throttling, then faults): "
+          f"{_doctor('chip-temperature')}", runbook="chip-temperature"),
+    Alert("NpuHbmEccErrors", "increase(npu_chip_info_hbm_ecc_double_bit_error_cnt[30m]) > 0",
+          f"{_CHIP} has new HBM double-bit ECC errors",
+          f"uncorrectable memory errors: drain the node's instances (`npuops stop NAME`) and have the chip "
+          f"checked; {_doctor('chip-health')}", severity="critical", for_="0m", runbook="chip-health"),
+    Alert("NpuopsDoctorCheckFailing", "npuops_check_status == 2",
+          "doctor check {{ $labels.id }} fails on {{ $labels.host }}",
+          "`npuops doctor --only {{ $labels.id }}` on the node says why; `npuops doctor --explain {{ $labels.id }}` "
+          "for the fix", for_="10m", runbook="{{ $labels.id }}"),
+    Alert("NpuopsDoctorStale", f'time() - node_textfile_mtime_seconds{{file=~".*npuops.*[.]prom"}} > {DOCTOR_STALE_S}',
+          f"the doctor's textfile on {{{{ $labels.host }}}} is over {DOCTOR_STALE_S // 60} minutes old",
+          "the npuops-doctor timer has not written it: `systemctl status npuops-doctor.timer "
+          "npuops-doctor.service` on the node", for_="5m"),
+    Alert("NodeClockSkew", f"abs(node_timex_offset_seconds) > {CLOCK_SKEW_S}",
+          f"{{{{ $labels.host }}}}'s clock is more than {CLOCK_SKEW_S:g} s off",
+          "collective operations and logs across hosts disagree: fix the node's NTP (chrony); "
+          "`npuops doctor -i INVENTORY` measures the skew across a fleet", for_="10m"),
+)
+
+
+def latency_alerts(records: Sequence[InstanceRecord], factor: float = LATENCY_FACTOR) -> list[Alert]:
+    """For each instance with a prediction, TTFT and TPOT p99 above `factor` times its plan's prediction."""
+    out: list[Alert] = []
+    seen: set[str] = set()
+    for record in sorted(records, key=lambda r: r.name):
+        name = record.behind or record.name
+        prediction = record.prediction or {}
+        if name in seen or record.is_router or not record.runs_engine:
+            continue
+        seen.add(name)
+        label = {"npuops_instance": name}
+        for what, key, recorded in (("TTFT", "ttft_ms", "npuops:ttft_seconds:p99"),
+                                    ("TPOT", "tpot_ms", "npuops:tpot_seconds:p99")):
+            predicted_s = float(prediction.get(key) or 0) / 1000
+            if predicted_s <= 0:
+                continue
+            limit = round(predicted_s * factor, 6)
+            out.append(Alert(
+                f"Npuops{what}AbovePrediction", f'{recorded}{{npuops_instance="{_promql_string(name)}"}} > {limit}',
+                f"{name}'s {what} p99 is over {factor:g}x its prediction",
+                f"the plan predicted {predicted_s * 1000:g} ms for {name}'s workload: compare `npuops bench "
+                f"{name}` with `npuops plan`; a slower node or a heavier workload than planned", for_="15m",
+                labels=label))
+    return out
+
+
+def _promql_string(value: str) -> str:
+    """A value inside a PromQL double-quoted string (instance names are [a-z0-9-]; escaped all the same)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def rules_file(records: Sequence[InstanceRecord], docs_url: str, factor: float = LATENCY_FACTOR) -> str:
+    """The rule file: the recordings, the node's alerts and each instance's latency alerts (YAML)."""
+    alerts = [*ALERTS, *latency_alerts(records, factor)]
+    rendered = []
+    for alert in alerts:
+        data = alert.to_yaml()
+        if alert.runbook:
+            data["annotations"]["runbook_url"] = f"{docs_url.rstrip('/')}/{alert.runbook}.md"
+        rendered.append(data)
+    groups = [{"name": "npuops-recordings", "rules": [r.to_yaml() for r in RECORDINGS]},
+              {"name": "npuops-alerts", "rules": rendered}]
+    return "# Rendered by `npuops monitor render`: edits are overwritten.\n" + yaml.safe_dump(
+        {"groups": groups}, sort_keys=False, width=1000, allow_unicode=True)
+
+
+def every_expression(records: Sequence[InstanceRecord]) -> list[str]:
+    """Every PromQL expression the rules hold (for the metric-name test)."""
+    return [r.expr for r in RECORDINGS] + [a.expr for a in (*ALERTS, *latency_alerts(records))]
