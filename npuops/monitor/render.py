@@ -3,7 +3,7 @@
 DIR/prometheus.yml is a configuration Prometheus runs as it is (or whose scrape_configs and rule_files an existing
 one copies): one job per kind of target, each reading a file_sd target file that Prometheus re-reads when it
 changes (DIR/targets/*.json), and the rule file (DIR/rules/npuops.rules.yml). Relative paths in a Prometheus
-configuration are relative to its own directory, so DIR moves as a whole.
+configuration are relative to its own directory, so DIR moves as a whole. DIR/dashboards/*.json are Grafana's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import yaml
 from npuops.atomic import write_files_as_one_set
 from npuops.errors import BadInputError
 from npuops.instance.record import InstanceRecord
+from npuops.monitor.dashboards import DASHBOARDS, dashboard_json
 from npuops.monitor.rules import LATENCY_FACTOR, rules_file
 from npuops.monitor.targets import (
     ENGINES_JOB,
@@ -82,6 +83,8 @@ def render_monitoring(records: Sequence[InstanceRecord], host: str, choices: Mon
              RULES_FILE: rules_file(records, choices.docs_url, choices.latency_factor)}
     for job, path in TARGET_FILES.items():
         files[path] = file_sd(groups[job])
+    for dashboard in DASHBOARDS:
+        files[f"dashboards/{dashboard.uid}.json"] = dashboard_json(dashboard)
     return files
 
 

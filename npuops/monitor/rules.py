@@ -30,9 +30,10 @@ CHIP_TEMPERATURE_C = 85
 class Recording:
     record: str
     expr: str
+    labels: dict[str, str] = field(default_factory=dict)
 
     def to_yaml(self) -> dict[str, Any]:
-        return {"record": self.record, "expr": self.expr}
+        return {"record": self.record, "expr": self.expr, **({"labels": dict(self.labels)} if self.labels else {})}
 
 
 @dataclass(frozen=True)
@@ -138,16 +139,36 @@ ALERTS: tuple[Alert, ...] = (
 )
 
 
+# What a plan predicts, by the recording the dashboards plot beside the measured figure.
+PREDICTIONS = (("npuops:predicted_ttft_seconds", "ttft_ms", 1e-3), ("npuops:predicted_tpot_seconds", "tpot_ms", 1e-3),
+               ("npuops:predicted_output_tokens_per_second", "output_tokens_per_s", 1.0))
+
+
+def _instances(records: Sequence[InstanceRecord]) -> dict[str, InstanceRecord]:
+    """One engine record per instance (a router's first replica speaks for the router's instance)."""
+    out: dict[str, InstanceRecord] = {}
+    for record in sorted(records, key=lambda r: r.name):
+        if not record.is_router and record.runs_engine:
+            out.setdefault(record.behind or record.name, record)
+    return out
+
+
+def prediction_recordings(records: Sequence[InstanceRecord]) -> list[Recording]:
+    """Each instance's plan prediction as constant series (`vector(x)` labelled with the instance)."""
+    out = []
+    for name, record in _instances(records).items():
+        for recorded, key, scale in PREDICTIONS:
+            value = float((record.prediction or {}).get(key) or 0) * scale
+            if value > 0:
+                out.append(Recording(recorded, f"vector({value:.6g})", {"npuops_instance": name}))
+    return out
+
+
 def latency_alerts(records: Sequence[InstanceRecord], factor: float = LATENCY_FACTOR) -> list[Alert]:
     """For each instance with a prediction, TTFT and TPOT p99 above `factor` times its plan's prediction."""
     out: list[Alert] = []
-    seen: set[str] = set()
-    for record in sorted(records, key=lambda r: r.name):
-        name = record.behind or record.name
+    for name, record in _instances(records).items():
         prediction = record.prediction or {}
-        if name in seen or record.is_router or not record.runs_engine:
-            continue
-        seen.add(name)
         label = {"npuops_instance": name}
         for what, key, recorded in (("TTFT", "ttft_ms", "npuops:ttft_seconds:p99"),
                                     ("TPOT", "tpot_ms", "npuops:tpot_seconds:p99")):
@@ -178,7 +199,8 @@ def rules_file(records: Sequence[InstanceRecord], docs_url: str, factor: float =
         if alert.runbook:
             data["annotations"]["runbook_url"] = f"{docs_url.rstrip('/')}/{alert.runbook}.md"
         rendered.append(data)
-    groups = [{"name": "npuops-recordings", "rules": [r.to_yaml() for r in RECORDINGS]},
+    recordings = [*RECORDINGS, *prediction_recordings(records)]
+    groups = [{"name": "npuops-recordings", "rules": [r.to_yaml() for r in recordings]},
               {"name": "npuops-alerts", "rules": rendered}]
     return "# Rendered by `npuops monitor render`: edits are overwritten.\n" + yaml.safe_dump(
         {"groups": groups}, sort_keys=False, width=1000, allow_unicode=True)
@@ -186,4 +208,5 @@ def rules_file(records: Sequence[InstanceRecord], docs_url: str, factor: float =
 
 def every_expression(records: Sequence[InstanceRecord]) -> list[str]:
     """Every PromQL expression the rules hold (for the metric-name test)."""
-    return [r.expr for r in RECORDINGS] + [a.expr for a in (*ALERTS, *latency_alerts(records))]
+    return ([r.expr for r in (*RECORDINGS, *prediction_recordings(records))]
+            + [a.expr for a in (*ALERTS, *latency_alerts(records))])

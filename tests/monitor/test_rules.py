@@ -49,7 +49,8 @@ def _records(tmp_path: Path) -> list[InstanceRecord]:
     plan = make_plan(load_model(str(model)), cpu_target(16 * 2**30, 4, 1), Workload(128, 32),
                      PlanOptions(kv_cache_memory_bytes=256 * 2**20, dtype="float32", replicas=2))
     records = [i.record for i in render_instances(plan, LaunchSpec(name="m", port=9100, state_dir=tmp_path))]
-    return [dataclasses.replace(r, prediction={"ttft_ms": 50.0, "tpot_ms": 20.0}) for r in records]
+    return [dataclasses.replace(r, prediction={"ttft_ms": 50.0, "tpot_ms": 20.0, "output_tokens_per_s": 40.0})
+            for r in records]
 
 
 def promtool() -> str:
@@ -119,7 +120,8 @@ def test_the_rendered_configuration_and_rules_pass_promtool_check(tmp_path: Path
     assert "SUCCESS" in checked.stdout + checked.stderr
     rules = subprocess.run([promtool(), "check", "rules", str(out / "rules" / "npuops.rules.yml")],
                            capture_output=True, text=True, timeout=60)
-    assert rules.returncode == 0 and f"{len(RECORDINGS) + len(ALERTS) + 2} rules found" in rules.stdout, (
+    # The recordings, each instance's three predictions, the alerts and each instance's two latency alerts.
+    assert rules.returncode == 0 and f"{len(RECORDINGS) + 3 + len(ALERTS) + 2} rules found" in rules.stdout, (
         rules.stdout + rules.stderr)
     engines = json.loads((out / "targets" / "engines.json").read_text())
     assert [(g["targets"], g["labels"]["npuops_part"], g["labels"]["role"]) for g in engines] == [
@@ -237,7 +239,7 @@ def test_monitor_render_writes_the_directory_from_this_nodes_records(tmp_path: P
                            "--json"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["instances"] == ["m"] and len(report["files"]) == 6
+    assert report["instances"] == ["m"] and len(report["files"]) == 9
     rules = (tmp_path / "out" / "rules" / "npuops.rules.yml").read_text()
     assert 'npuops:ttft_seconds:p99{npuops_instance="m"}' in rules and "checks/docs/chip-health.md" in rules
     bad = subprocess.run([sys.executable, "-m", "npuops", "monitor", "render", "--output", str(tmp_path / "o2"),
