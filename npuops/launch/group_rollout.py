@@ -249,11 +249,23 @@ def rollout_group(settings: Settings, ask: GroupRolloutAsk,
     keep_group_revision(store, ask.name, number, origin, str(model), current.served_model_name,
                         current.parts, outcome=OUTCOME_ROLLING_OUT)
     staging = ask.where.artifacts_dir / f"staging-rollout-{ask.name}-{os.getpid()}"
+    host_by_host(ask, launch, result, staging,
+                 lambda batch: switch_hosts(ask, launch, batch, number, staging, on_event))
+    moved = any(h.ok for h in result.hosts)
+    outcome = OUTCOME_SERVING if result.ok else OUTCOME_STOPPED if moved else OUTCOME_ROLLED_BACK
+    finish_revision(store, ask.name, number, outcome, result.reason)
+    return result
+
+
+def host_by_host(ask: GroupRolloutAsk, launch: GroupLaunch, result: GroupRolloutResult, staging: Path,
+                 switch: Callable[[Sequence[HostPart]], list[HostOutcome]]) -> None:
+    """The group's hosts in order, `--max-unavailable` at a time, each batch switched by `switch`: the first host
+    that fails stops the rollout with its reason, the hosts after it untouched. The staging directory is removed
+    whatever happened (the staged env files may hold the API key)."""
     step = max(1, ask.rollout.max_unavailable)
     try:
         for start in range(0, len(launch.parts), step):
-            batch = launch.parts[start:start + step]
-            outcomes = switch_hosts(ask, launch, batch, number, staging, on_event)
+            outcomes = switch(launch.parts[start:start + step])
             result.hosts += outcomes
             failed = [o for o in outcomes if not o.ok]
             if failed:
@@ -261,11 +273,7 @@ def rollout_group(settings: Settings, ask: GroupRolloutAsk,
                 result.untouched = tuple(p.host.name for p in launch.parts[start + step:])
                 break
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # the staged env files may hold the API key
-    moved = any(h.ok for h in result.hosts)
-    outcome = OUTCOME_SERVING if result.ok else OUTCOME_STOPPED if moved else OUTCOME_ROLLED_BACK
-    finish_revision(store, ask.name, number, outcome, result.reason)
-    return result
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def render_group_rollout_text(result: GroupRolloutResult) -> str:

@@ -22,7 +22,6 @@ firmware are never touched here: a driver change needs a reboot (`npuops provisi
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,6 +36,7 @@ from npuops.launch.group_rollout import (
     GroupRolloutResult,
     HostOutcome,
     current_group_revision,
+    host_by_host,
     plan_group_revision,
     replica_files,
     replica_urls,
@@ -157,19 +157,8 @@ def rollout_group_stack(settings: Settings, ask: GroupRolloutAsk, stack: StackCh
     keep_group_revision(store, ask.name, number, origin, current.model_path, current.served_model_name,
                         current.parts, outcome=OUTCOME_ROLLING_OUT)
     staging = ask.where.artifacts_dir / f"staging-stack-{ask.name}-{os.getpid()}"
-    step = max(1, ask.rollout.max_unavailable)
-    try:
-        for start in range(0, len(launch.parts), step):
-            batch = launch.parts[start:start + step]
-            outcomes = _step(ask, options, launch, batch, number, venv, staging, on_event)
-            result.hosts += outcomes
-            failed = [o for o in outcomes if not o.ok]
-            if failed:
-                result.reason = f"{failed[0].host}: {failed[0].message}"
-                result.untouched = tuple(p.host.name for p in launch.parts[start + step:])
-                break
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # the staged env files may hold the API key
+    host_by_host(ask, launch, result, staging,
+                 lambda batch: _step(ask, options, launch, batch, number, venv, staging, on_event))
     finish_revision(store, ask.name, number, OUTCOME_SERVING if result.ok else OUTCOME_STOPPED, result.reason)
     return result
 
