@@ -76,10 +76,12 @@ def test_launch_pipeline_stages_over_ray_on_two_hosts(ssh_fleet: StartFleet, eng
     # vLLM's CPU platform has no Ray device key: the test-only plugin (tests/engine/cpu_ray_platform, installed in the
     # engine venv, inert unless asked) gives it vllm-ascend's "NPU", and each Ray node offers one such resource.
     flags = [f for f in PLAN_FLAGS if f != "--enforce-eager"]
+    # A cluster wait for a busy 2-core machine: run P waited 120 s for the Ray worker's node while the other worker
+    # ran a group of engines, and timed out (the wait is a limit, not what this test is about).
     rc, out, err = npuops("launch", str(tiny_model), *flags, "--name", name, "-i", str(inventory), "--group", "fleet",
                           "--vllm", str(engine_python.parent / "vllm"), "--service-user", "root", "--allow-root",
                           "--env", "NPUOPS_CPU_RAY_PLATFORM=1", "--ray-node-resources", '{"NPU": 1}',
-                          "--artifacts", str(artifacts), "--cluster-wait", "120", "--json", timeout=900)
+                          "--artifacts", str(artifacts), "--cluster-wait", "600", "--json", timeout=1500)
     try:
         assert out.strip(), err
         report = json.loads(out)
