@@ -65,7 +65,7 @@ from npuops.launch.revision_store import (
     switched_parts,
     with_revision,
 )
-from npuops.launch.surge import remove_surge, surge_files
+from npuops.launch.surge import remove_surge, surge_files, surge_name
 from npuops.plan.inputs import PlanRequest
 from npuops.settings import Settings
 
@@ -396,7 +396,7 @@ def _retire_surge(name: str, ctx: _Context) -> None:
     try:
         remove_surge(ctx.settings.state_dir, name, ctx.manager)
     except NpuopsError as exc:  # the rollout's outcome stands; the operator removes it
-        ctx.report.progress(f"{name}: the surge replica was not removed ({exc}); `npuops remove {name}-surge "
+        ctx.report.progress(f"{name}: the surge replica was not removed ({exc}); `npuops remove {surge_name(name)} "
                             "--force`")
 
 

@@ -46,13 +46,13 @@ class Alert:
     description: str  # what is wrong and the fix: an npuops command or a doctor check id
     severity: str = "warning"
     for_: str = "5m"
-    runbook: str = ""  # the doctor check's page (`npuops doctor --explain ID`) or the docs page
+    runbook: str = ""  # the doctor check whose page (docs_url/ID.md, `npuops doctor --explain ID`) is the runbook
     labels: dict[str, str] = field(default_factory=dict)
 
-    def to_yaml(self) -> dict[str, Any]:
+    def to_yaml(self, docs_url: str) -> dict[str, Any]:
         annotations = {"summary": self.summary, "description": self.description}
         if self.runbook:
-            annotations["runbook_url"] = self.runbook
+            annotations["runbook_url"] = f"{docs_url.rstrip('/')}/{self.runbook}.md"
         return {"alert": self.name, "expr": self.expr, "for": self.for_,
                 "labels": {"severity": self.severity, **self.labels}, "annotations": annotations}
 
@@ -193,12 +193,7 @@ def _promql_string(value: str) -> str:
 def rules_file(records: Sequence[InstanceRecord], docs_url: str, factor: float = LATENCY_FACTOR) -> str:
     """The rule file: the recordings, the node's alerts and each instance's latency alerts (YAML)."""
     alerts = [*ALERTS, *latency_alerts(records, factor)]
-    rendered = []
-    for alert in alerts:
-        data = alert.to_yaml()
-        if alert.runbook:
-            data["annotations"]["runbook_url"] = f"{docs_url.rstrip('/')}/{alert.runbook}.md"
-        rendered.append(data)
+    rendered = [alert.to_yaml(docs_url) for alert in alerts]
     recordings = [*RECORDINGS, *prediction_recordings(records)]
     groups = [{"name": "npuops-recordings", "rules": [r.to_yaml() for r in recordings]},
               {"name": "npuops-alerts", "rules": rendered}]
