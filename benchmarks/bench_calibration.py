@@ -60,8 +60,11 @@ def flags(workload: dict[str, int]) -> list[str]:
 
 
 def measured_of(report: dict[str, Any], metric: str) -> float:
-    measured = report["measured"]
-    return float(measured[metric] if metric == "output_throughput" else measured["latency"][metric]["median_ms"])
+    """A figure as the bench used it: TTFT and TPOT from the figures that timed the engine (the client's medians,
+    or the engine's own means when the stream came in bursts), throughput from the client."""
+    if metric == "output_throughput":
+        return float(report["measured"][metric])
+    return float(report["timing"][f"{metric}_ms"])
 
 
 def errors(report: dict[str, Any], which: str) -> dict[str, float]:
@@ -115,6 +118,11 @@ def print_model(result: dict[str, Any]) -> None:
     noise = ", ".join(f"{m} {abs(measured_of(result['again'], m) / measured_of(result['first'], m) - 1) * 100:.0f}%"
                       for m, _ in FIGURES)
     print(f"  noise, A again against the first bench of A: {noise}")
+    sources = ", ".join(f"{label} {result[key]['timing']['source']}"
+                        for label, key in (("A", "first"), ("A again", "again"), ("B", "other")))
+    print(f"  TTFT and TPOT from (client: the stream's medians; engine: its histograms' means): {sources}")
+    calibration = result["first"]["calibration"] or {}
+    print(f"  calibration stored by the first bench: {calibration.get('describe') or calibration}")
     for label, report in (("A again", result["again"]), ("B (other load)", result["other"])):
         before, after = errors(report, "before"), errors(report, "after")
         cells = ", ".join(f"{m} {before[m] * 100:.0f}% -> {after[m] * 100:.0f}%" for m, _ in FIGURES)

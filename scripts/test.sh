@@ -33,6 +33,8 @@ command -v ip >/dev/null || need_pkgs+=(iproute2)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 # `npuops monitor render`'s configuration and rules are checked and unit-tested with promtool (Debian's prometheus).
 command -v promtool >/dev/null || need_pkgs+=(prometheus)
+# ... and run for real against a routed instance, with node_exporter serving the doctor's textfile.
+[ -x /usr/bin/prometheus-node-exporter ] || need_pkgs+=(prometheus-node-exporter)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     # Packages must not start services here (openssh-server would start an sshd on this machine's port 22):

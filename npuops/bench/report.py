@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from npuops.bench.serve_bench import ServeFigures
+from npuops.bench.timing import ENGINE, TIMED, StreamTiming
 from npuops.plan.performance import PerfInputs, Prediction, Roofline, prefill_flops
-from npuops.textout import table
+from npuops.textout import table, wrapped
 
 # The headline claim npuops tests (docs/claims.md, claim 1): vLLM on 910B against a plain PyTorch implementation.
 CLAIM_TESTED = {"throughput_ratio": 1.7, "latency_reduction": 0.40}
@@ -28,49 +29,42 @@ def _ratio(measured: float, predicted: float | None) -> float | None:
     return float(f"{measured / predicted:.4g}")
 
 
-def prediction_ratios(measured: ServeFigures, predicted: Prediction) -> dict[str, float | None]:
-    """measured / predicted: medians for the latencies (ITL is predicted as the decode step, like TPOT)."""
+def prediction_ratios(measured: ServeFigures, predicted: Prediction,
+                      timing: StreamTiming | None = None) -> dict[str, float | None]:
+    """measured / predicted: TTFT, TPOT and ITL as `timing` chose them (the client's medians by default; ITL is
+    predicted as the decode step, like TPOT), end-to-end latency's median and the throughputs from the client."""
     values = predicted.as_dict()
-    ratios: dict[str, float | None] = {
-        metric: _ratio(measured.latency[metric].median_ms, float(values[key])) for metric, key in _PREDICTED_OF.items()
-    }
+    ratios: dict[str, float | None] = {}
+    for metric, key in _PREDICTED_OF.items():
+        figure = timing.figure(metric) if timing is not None and metric in TIMED else measured.latency[metric].median_ms
+        ratios[metric] = _ratio(figure, float(values[key]))
     ratios["output_throughput"] = _ratio(measured.output_throughput, predicted.output_tokens_per_s)
     ratios["request_throughput"] = _ratio(measured.request_throughput, predicted.requests_per_s)
     return ratios
 
 
-def hardware_fractions(measured: ServeFigures, perf: PerfInputs, limits: Roofline,
-                       timed: bool = True) -> dict[str, float | None]:
-    """The share of the chips' peak the run reached (see the module's docstring). A stream that came in bursts
-    (`bursty_stream`) did not time the engine's steps: its fractions are None rather than "2720% of the roofline"."""
-    tpot_s = measured.latency["tpot"].median_ms / 1e3
-    ttft_s = measured.latency["ttft"].median_ms / 1e3
+def memory_of(perf: PerfInputs) -> str:
+    """What a decode step streams its bytes from: an NPU's HBM, or the CPU host's RAM."""
+    return "HBM" if perf.kind == "npu" else "host memory"
+
+
+def hardware_fractions(timing: StreamTiming, perf: PerfInputs, limits: Roofline,
+                       bandwidth_source: str) -> dict[str, Any]:
+    """The share of the hardware's peak the run reached (see the module's docstring). Figures that do not time
+    the engine's steps (a burst with no engine histograms) give None rather than "2720% of the roofline"."""
+    tpot_s, ttft_s = timing.tpot_ms / 1e3, timing.ttft_ms / 1e3
     fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s
     prompt_flops = prefill_flops(perf.arch, perf.input_len, perf.input_len / 2)
     return {
+        "memory": memory_of(perf), "bandwidth_bytes_per_s": limits.bandwidth_bytes_per_s,
+        "bandwidth_source": bandwidth_source,
         "decode_roofline_tokens_per_s": round(limits.decode_tokens_per_s, 1),
-        "decode_fraction": round(fastest_step_s / tpot_s, 4) if timed and tpot_s > 0 else None,
+        "decode_fraction": round(fastest_step_s / tpot_s, 4) if timing.timed and tpot_s > 0 else None,
         "prefill_peak_flops_per_s": limits.prefill_flops_per_s,
         "prefill_fraction": round(prompt_flops / ttft_s / limits.prefill_flops_per_s, 4)
-        if timed and ttft_s > 0 else None,
+        if timing.timed and ttft_s > 0 else None,
         "batch": round(limits.batch, 2),
     }
-
-
-def bursty_stream(measured: ServeFigures, limits: Roofline, spec_tokens: int = 0) -> str | None:
-    """Why the run's TTFT and TPOT do not time the engine's steps, or None. vLLM's bench times a request's first
-    streamed chunk (TTFT) and spreads the rest over its later tokens (TPOT); when the API server falls behind the
-    engine, one chunk carries many tokens, the first arrives late and TPOT falls towards zero. A median TPOT below
-    the fastest step the memory bandwidth allows cannot be a decode step (the demo met it on a busy 2-core host:
-    TPOT 0.00 ms, TTFT 3.4x the prediction, at "2235% of the roofline"; the same bench again: TPOT 2.26 ms).
-    With speculative decoding a step yields up to 1 + K tokens, so the bound is the step over 1 + K."""
-    tpot_s = measured.latency["tpot"].median_ms / 1e3
-    fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s / (1 + spec_tokens)
-    if tpot_s >= fastest_step_s:
-        return None
-    return (f"median TPOT {tpot_s * 1e3:.2f} ms is below the fastest step the memory bandwidth allows "
-            f"({fastest_step_s * 1e3:.2f} ms): the stream delivered its tokens in bursts (the API server fell behind "
-            "the engine), so TTFT and TPOT do not time the engine's steps")
 
 
 def baseline_ratios(vllm: ServeFigures, plain: ServeFigures) -> dict[str, float | None]:
@@ -95,28 +89,47 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
     return f"{value:.{digits}f}{suffix}"
 
 
-def render_report_text(report: dict[str, Any]) -> str:
-    """The human view of a bench report (the --json one is the report itself)."""
-    load = report["load"]
-    measured = report["measured"]
-    predicted = report.get("predicted") or {}
-    ratios = report.get("ratios") or {}
-    out = [f"bench {report['target']}: {report['load_description']}",
-           f"  vLLM's own `vllm bench serve`: {measured['completed']} completed, {measured['failed']} failed "
-           f"in {measured['duration_s']:.1f} s"]
+def _figures_table(report: dict[str, Any]) -> str:
+    """The client's figures, the engine's own means beside them, the prediction and measured/predicted (of the
+    figures the timing chose: the engine's when the stream came in bursts, marked *)."""
+    measured, predicted = report["measured"], report.get("predicted") or {}
+    ratios, engine = report.get("ratios") or {}, report.get("engine") or {}
+    from_engine = (report.get("timing") or {}).get("source") == ENGINE
     rows = []
     for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "end-to-end")):
         figures = measured["latency"][metric]
-        key = _PREDICTED_OF[metric]
+        mark = "*" if from_engine and metric in TIMED else ""
         rows.append([f"{label} ms", _fmt(figures["median_ms"]), _fmt(figures["p99_ms"]),
-                     _fmt(predicted.get(key)), _fmt(ratios.get(metric))])
-    rows.append(["output tok/s", _fmt(measured["output_throughput"], 1), "",
+                     _fmt((engine.get(metric) or {}).get("mean_ms")) + mark, _fmt(predicted.get(_PREDICTED_OF[metric])),
+                     _fmt(ratios.get(metric))])
+    rows.append(["output tok/s", _fmt(measured["output_throughput"], 1), "", "",
                  _fmt(predicted.get("output_tokens_per_s"), 1), _fmt(ratios.get("output_throughput"))])
-    rows.append(["requests/s", _fmt(measured["request_throughput"], 3), "", _fmt(predicted.get("requests_per_s"), 3),
-                 _fmt(ratios.get("request_throughput"))])
-    out.append(table(["figure", "median", "p99", "predicted", "measured/predicted"], rows))
+    rows.append(["requests/s", _fmt(measured["request_throughput"], 3), "", "",
+                 _fmt(predicted.get("requests_per_s"), 3), _fmt(ratios.get("request_throughput"))])
+    return table(["figure", "median", "p99", "engine mean", "predicted", "measured/predicted"], rows)
+
+
+def _hardware_lines(limits: dict[str, Any] | None) -> list[str]:
+    if not limits:
+        return []
+    if limits["decode_fraction"] is None:
+        return ["  hardware: not measured (the stream did not time the engine's steps, see below)"]
+    return [f"  hardware: decode at {limits['decode_fraction'] * 100:.1f}% of the {limits['memory']} bandwidth "
+            f"roofline ({limits['decode_roofline_tokens_per_s']:.0f} tok/s at {limits['batch']} a replica)",
+            f"            prefill at {limits['prefill_fraction'] * 100:.1f}% of peak FLOPs "
+            f"({limits['prefill_peak_flops_per_s'] / 1e12:.2f} TFLOP/s)",
+            f"            bandwidth: {limits['bandwidth_source']}"]
+
+
+def render_report_text(report: dict[str, Any]) -> str:
+    """The human view of a bench report (the --json one is the report itself)."""
+    load, measured = report["load"], report["measured"]
+    out = [f"bench {report['target']}: {report['load_description']}",
+           f"  vLLM's own `vllm bench serve`: {measured['completed']} completed, {measured['failed']} failed "
+           f"in {measured['duration_s']:.1f} s"]
+    out.append(_figures_table(report))
     if report.get("prediction_note"):
-        out.append(f"  prediction: {report['prediction_note']}")
+        out.append(wrapped(report["prediction_note"], "  prediction: "))
     cache = report.get("prefix_cache")
     if cache and cache["queried_tokens"]:
         cached = (f"  prefix cache: {cache['hit_rate'] * 100:.1f}% of {cache['queried_tokens']:.0f} prompt tokens "
@@ -128,15 +141,7 @@ def render_report_text(report: dict[str, Any]) -> str:
     if spec and spec["draft_tokens"]:
         out.append(f"  speculative decoding: {spec['acceptance_rate'] * 100:.1f}% of {spec['draft_tokens']:.0f} draft "
                    "tokens accepted (the prediction uses this rate)")
-    limits = report.get("hardware_limit")
-    if limits and limits["decode_fraction"] is None:
-        out.append("  hardware: not measured (the stream did not time the engine's steps, see below)")
-    elif limits:
-        out.append(f"  hardware: decode at {limits['decode_fraction'] * 100:.1f}% of the memory-bandwidth (HBM) "
-                   "roofline "
-                   f"({limits['decode_roofline_tokens_per_s']:.0f} tok/s at {limits['batch']} per replica), "
-                   f"prefill at {limits['prefill_fraction'] * 100:.1f}% of peak FLOPs "
-                   f"({limits['prefill_peak_flops_per_s'] / 1e12:.2f} TFLOP/s)")
+    out += _hardware_lines(report.get("hardware_limit"))
     baseline = report.get("baseline")
     if baseline:
         b = baseline["ratios"]
@@ -149,12 +154,13 @@ def render_report_text(report: dict[str, Any]) -> str:
         out.append(f"  the claim tested (docs/claims.md): throughput x{CLAIM_TESTED['throughput_ratio']}, "
                    f"end-to-end latency -{CLAIM_TESTED['latency_reduction'] * 100:.0f}%")
     if report.get("stream_note"):
-        out.append(f"  stream: {report['stream_note']}")
+        out.append(wrapped(report["stream_note"], "  stream: "))
     calibration = report.get("calibration")
     if calibration and calibration.get("skipped"):
-        out.append(f"  calibration: not stored ({calibration['skipped']}); bench again")
+        out.append(wrapped(f"not stored ({calibration['skipped']}); bench again", "  calibration: "))
     elif calibration:
-        out.append(f"  calibration now: {calibration['describe']} (`npuops plan` applies it; --no-calibration not)")
+        out.append(wrapped(f"{calibration['describe']} (`npuops plan` applies it; --no-calibration not)",
+                           "  calibration now: "))
     if report.get("file"):
         out.append(f"  kept in {report['file']}")
     return "\n".join(out)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from npuops.bench.report import CLAIM_TESTED, baseline_ratios, bursty_stream, hardware_fractions, prediction_ratios
+from npuops.bench.report import CLAIM_TESTED, baseline_ratios, hardware_fractions, prediction_ratios
 from npuops.bench.serve_bench import (
     BenchLoad,
     ServeFigures,
@@ -32,6 +32,7 @@ from npuops.bench.serve_bench import (
     run_bench_serve,
     scratch_dir,
 )
+from npuops.bench.timing import StreamTiming, choose_timing
 from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError, EnvironmentMissingError, MeasurementError, UsageError
 from npuops.hardware.node import Node, discover_node
@@ -40,10 +41,10 @@ from npuops.httpclient import base_url
 from npuops.inputfiles import API_KEY_MAX_BYTES, read_input_text
 from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok, scrape_metrics
-from npuops.instance.metrics import Sample, prefix_cache_use, spec_decode_use
+from npuops.instance.metrics import Sample, engine_latencies, prefix_cache_use, spec_decode_use
 from npuops.instance.record import InstanceRecord, load_record
-from npuops.plan.calibration import CalibrationChoice, CalibrationSample, CalibrationStore, stack_key
-from npuops.plan.performance import PerfInputs, predict, roofline
+from npuops.plan.calibration import CalibrationChoice, CalibrationSample, CalibrationStore, HostBandwidth, stack_key
+from npuops.plan.performance import PerfInputs, Roofline, predict, roofline
 from npuops.settings import Settings
 
 BASELINES = ("transformers",)
@@ -198,11 +199,13 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     store = CalibrationStore(settings.state_dir)
     choice = store.choose(target.record.hardware_label, stack) if target.record and perf else None
 
+    limits = _roofline(settings, store, perf, target, progress) if perf is not None else None
     progress(f"bench {target.label}: {load.describe()} with `vllm bench serve` ...")
     work = scratch_dir()
     argv = bench_serve_argv(target.vllm, base_url=target.url, model_path=target.model_path,
                             served_model_name=target.served_model_name, load=load, result_dir=work)
-    cache_before = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key)
+    engines = _engine_urls(settings, target)
+    before = _scrape_engines(engines)
     started = time.monotonic()
     measured = run_bench_serve(argv, env=bench_environment(target.api_key), result_dir=work,
                                timeout_s=request.timeout_s,
@@ -218,46 +221,100 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         "plan": {"perf_inputs": perf_plan.to_json(), "prediction_at_launch": target.record.prediction}
         if perf_plan and target.record else None,
         "predicted": None, "ratios": None, "hardware_limit": None, "prediction_note": None,
-        "baseline": None, "calibration": None, "stream_note": None,
+        "baseline": None, "calibration": None,
     }
-    after = scrape_metrics(target.url, timeout=10.0, api_key=target.api_key) if cache_before is not None else None
-    report["prefix_cache"] = _prefix_cache_during(cache_before, after, load)
-    report["speculative"] = spec_decode_use(cache_before, after) if cache_before is not None and after else None
+    after = _scrape_engines(engines) if before is not None else None
+    report["prefix_cache"] = _prefix_cache_during(before, after, load)
+    report["speculative"] = spec_decode_use(before, after) if before is not None and after else None
+    engine = engine_latencies(before, after) if before is not None and after is not None else None
+    report["engine"] = {metric: figures.as_dict() for metric, figures in engine.items()} if engine else None
     spec = report["speculative"]
     if perf is not None and perf.spec_tokens and spec and spec["draft_tokens"]:
         # Predict with the acceptance the engine measured on this load, not the method's default.
         perf = replace(perf, spec_acceptance=spec["acceptance_rate"])
-    report.update(_prediction_part(measured, perf, choice, target))
+    timing = choose_timing(measured, engine, limits[0] if limits else None, perf.spec_tokens if perf else 0)
+    report["timing"], report["stream_note"] = timing.as_dict(), timing.note
+    report.update(_prediction_part(measured, timing, perf, limits, choice, target))
     if request.baseline is not None:
         report["baseline"] = run_baseline(settings, target, load, measured, request.timeout_s, progress)
-    if report["stream_note"] and request.calibrate:
-        # Such a run would scale the decode step towards zero and TTFT up by the decode it holds.
-        report["calibration"] = {"skipped": "the stream came in bursts"}
-    elif perf is not None and target.record is not None and request.calibrate and measured.failed == 0:
-        sample = CalibrationSample(hardware=target.record.hardware_label, stack=stack,
-                                   model=target.served_model_name, perf=perf,
-                                   ttft_ms=measured.latency["ttft"].median_ms,
-                                   tpot_ms=measured.latency["tpot"].median_ms,
-                                   output_tokens_per_s=measured.output_throughput, at=report["at"])
-        calibration = store.add(sample)
-        report["calibration"] = {**calibration.as_dict(), "describe": calibration.describe(),
-                                 "file": str(store.path)}
+    if request.calibrate:
+        report["calibration"] = _calibrate(store, report, measured, timing, perf, target)
     if target.record is not None:
         path = keep_bench(target.record, report)
         report["file"] = str(path)
     return report
 
 
-def _prediction_part(measured: ServeFigures, perf: PerfInputs | None, choice: CalibrationChoice | None,
+def _engine_urls(settings: Settings, target: BenchTarget) -> list[str]:
+    """The engines whose /metrics time the bench: the target itself, or every replica a router fronts. A
+    prefill/decode pair is left out (each pool times only its half of a request)."""
+    record = target.record
+    if record is None or not record.backends:
+        return [target.url]
+    for name in record.replicas:
+        try:
+            if load_record(settings.state_dir, name).pd_role is not None:
+                return []
+        except BadInputError:
+            continue
+    return list(record.backends)
+
+
+def _scrape_engines(urls: list[str]) -> list[Sample] | None:
+    """Every engine's samples together (the histograms add up), or None when one of them does not answer."""
+    samples: list[Sample] = []
+    for url in urls:
+        scraped = scrape_metrics(url, timeout=10.0)
+        if scraped is None:
+            return None
+        samples += scraped
+    return samples if urls else None
+
+
+def _roofline(settings: Settings, store: CalibrationStore, perf: PerfInputs, target: BenchTarget,
+              progress: Callable[[str], None]) -> tuple[Roofline, str]:
+    """The roofline of the benched configuration and where its bandwidth comes from: an NPU's catalog HBM
+    figure, or the CPU host's own memory bandwidth, measured by the first bench of the host and kept."""
+    if perf.kind == "npu":
+        return roofline(perf), "the chip's published HBM figure (npuops/data/chips.toml)"
+    from npuops.hardware.memory_bandwidth import measure_read_bandwidth
+
+    assert target.record is not None  # a plan (perf) comes from an instance's record
+    label = target.record.hardware_label
+    kept = store.host_bandwidth(label)
+    if kept is None:
+        progress("measuring this host's memory bandwidth once (the CPU engine's roofline) ...")
+        measured = measure_read_bandwidth(perf.cpu_count or 1)
+        kept = HostBandwidth(measured.bytes_per_s, measured.method, time.time())
+        store.keep_host_bandwidth(label, kept)
+    return roofline(replace(perf, bandwidth_bytes_per_s=kept.bytes_per_s)), kept.describe()
+
+
+def _calibrate(store: CalibrationStore, report: dict[str, Any], measured: ServeFigures, timing: StreamTiming,
+               perf: PerfInputs | None, target: BenchTarget) -> dict[str, Any] | None:
+    """Store the bench as a calibration sample of the node, from the figures that time the engine."""
+    if not timing.timed:
+        # Such a run would scale the decode step towards zero and TTFT up by the decode it holds.
+        return {"skipped": "the stream came in bursts and no engine histogram timed the steps"}
+    if perf is None or target.record is None or measured.failed:
+        return None
+    sample = CalibrationSample(hardware=target.record.hardware_label, stack=report["stack"],
+                               model=target.served_model_name, perf=perf, ttft_ms=timing.ttft_ms,
+                               tpot_ms=timing.tpot_ms, output_tokens_per_s=measured.output_throughput,
+                               at=report["at"])
+    calibration = store.add(sample)
+    return {**calibration.as_dict(), "describe": calibration.describe(), "file": str(store.path),
+            "figures": timing.source}
+
+
+def _prediction_part(measured: ServeFigures, timing: StreamTiming, perf: PerfInputs | None,
+                     limits: tuple[Roofline, str] | None, choice: CalibrationChoice | None,
                      target: BenchTarget) -> dict[str, Any]:
-    """The report's prediction, ratios, hardware fractions and stream note (or why there are none)."""
-    if perf is not None and choice is not None:
+    """The report's prediction, ratios and hardware fractions (or why there are none)."""
+    if perf is not None and choice is not None and limits is not None:
         predicted = predict(perf, factors=choice.factors)
-        limits = roofline(perf)
-        stream_note = bursty_stream(measured, limits, perf.spec_tokens)
-        return {"predicted": predicted.as_dict(), "ratios": prediction_ratios(measured, predicted),
-                "hardware_limit": hardware_fractions(measured, perf, limits, timed=stream_note is None),
-                "stream_note": stream_note,
+        return {"predicted": predicted.as_dict(), "ratios": prediction_ratios(measured, predicted, timing),
+                "hardware_limit": hardware_fractions(timing, perf, limits[0], limits[1]),
                 "prediction_note": f"for this load on the launched configuration; calibration: {choice.why}",
                 "uncalibrated_predicted": predict(perf).as_dict()}
     if target.record is not None:

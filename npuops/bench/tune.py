@@ -98,9 +98,10 @@ class Trial:
     measured: dict[str, float] | None = None
     error: str | None = None
     slo_violations: list[str] = field(default_factory=list)
-    # Why the bench's TTFT and TPOT do not time the engine's steps (a stream in bursts), or None; such a bench
-    # is not stored as a calibration sample.
+    # Why the bench's TTFT and TPOT are the engine's own (a stream in bursts), or why nothing timed the engine's
+    # steps (timed False: not stored as a calibration sample); None for a steady stream.
     stream_note: str | None = None
+    timed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -109,7 +110,7 @@ class Trial:
     def as_dict(self) -> dict[str, Any]:
         return {"options": self.candidate.fixed, "predicted": self.predicted, "measured": self.measured,
                 "error": self.error, "slo_violations": self.slo_violations, "meets_slo": self.ok,
-                "stream_note": self.stream_note}
+                "stream_note": self.stream_note, "timed": self.timed}
 
 
 def _around(value: int, factors: tuple[float, ...], low: int, high: int) -> list[int]:
@@ -177,9 +178,11 @@ def expected(candidate: Candidate, predicted: dict[str, float], tried: list[Tria
 
 
 def _measured(report: dict[str, Any]) -> dict[str, float]:
-    m = report["measured"]
+    """A trial's figures: TTFT and TPOT as the bench's timing chose them (the engine's when the stream came in
+    bursts), the rest from the client."""
+    m, timing = report["measured"], report["timing"]
     return {"output_tokens_per_s": float(m["output_throughput"]),
-            "ttft_ms": float(m["latency"]["ttft"]["median_ms"]), "tpot_ms": float(m["latency"]["tpot"]["median_ms"]),
+            "ttft_ms": float(timing["ttft_ms"]), "tpot_ms": float(timing["tpot_ms"]),
             "e2e_ms": float(m["latency"]["e2el"]["median_ms"]), "requests_per_s": float(m["request_throughput"])}
 
 
@@ -218,7 +221,7 @@ def run_trial(settings: Settings, request: TuneRequest, trial: Trial, index: int
         report = run_bench(settings, BenchRequest(target=request.name, num_prompts=request.num_prompts),
                            lambda line: None)
         trial.measured = _measured(report)
-        trial.stream_note = report.get("stream_note")
+        trial.stream_note, trial.timed = report["timing"]["note"], report["timing"]["timed"]
         m = trial.measured
         trial.slo_violations = request.slo.violations(m["ttft_ms"], m["tpot_ms"], m["e2e_ms"])
         progress(f"{head} [{_bar(3)}] {m['output_tokens_per_s']:.1f} tok/s, TTFT {m['ttft_ms']:.1f} ms, TPOT "

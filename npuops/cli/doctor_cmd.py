@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -187,12 +187,25 @@ def _run_and_print(ctx: click.Context, selected: list[type[Check]], check_ctx: C
     if progress is not None:
         click.echo("", err=True)
     if prometheus is not None:
-        write_prometheus(prometheus, report, check_ctx.node)
+        write_prometheus(prometheus, report, check_ctx.node, _unit_health(ctx))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(render_report_text(report))
     ctx.exit(int(ExitCode.OK if report.ok else ExitCode.CHECKS_FAILED))
+
+
+def _unit_health(ctx: click.Context) -> list[Any]:
+    """This node's systemd-run instances' unit states for the textfile (none where systemd does not run)."""
+    from npuops.instance.manager import service_manager
+    from npuops.instance.record import list_records
+    from npuops.instance.unit_health import unit_health
+
+    settings = load_context_settings(ctx)
+    manager = service_manager(settings)
+    if manager.unavailable_reason():
+        return []
+    return unit_health(list_records(settings.state_dir), manager)
 
 
 def _fleet_doctor(ctx: click.Context, *, level: int, as_json: bool, inventory: Path | None, hosts: list[str],

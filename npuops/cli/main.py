@@ -113,6 +113,18 @@ def load_context_settings(ctx: click.Context, **flags: Any) -> Any:
     return settings
 
 
+def refresh_monitoring_after(settings: Any) -> None:
+    """After a command changed what serves here: Prometheus' targets follow, where `npuops monitor render` set them
+    up (told on stderr, so --json output stays one document)."""
+    import socket
+
+    from npuops.monitor.refresh import refresh_monitoring
+
+    line = refresh_monitoring(settings.state_dir, socket.gethostname())
+    if line:
+        click.echo(line, err=True)
+
+
 def _wants_json(args: list[str]) -> bool:
     return "--json" in args
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, fleet_flags
-from npuops.cli.main import load_context_settings
+from npuops.cli.main import load_context_settings, refresh_monitoring_after
 from npuops.cli.plan_options import plan_override_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
 
@@ -125,6 +125,7 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
                          max_unavailable=max_unavailable, allow_downtime=allow_downtime, surge=surge,
                          undo=undo, from_files=from_files, revision=revision_number, put_back=not no_put_back)
     result = rollout_instance(settings, manager, ask, Reporter(as_json))
+    refresh_monitoring_after(settings)
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else render_rollout_text(result))
     if not result.ok:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))

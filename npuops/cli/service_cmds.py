@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from npuops.cli.fleet_flags import ARTIFACTS, FORKS, GROUP, INVENTORY, artifacts_dir, fleet_flags, playbook_progress
-from npuops.cli.main import load_context_settings
+from npuops.cli.main import load_context_settings, refresh_monitoring_after
 from npuops.errors import ExitCode, UsageError
 
 
@@ -147,6 +147,7 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
     settings = load_context_settings(ctx)
     started = time.monotonic()
     outcome = stop_by_name(settings.state_dir, name, _manager(settings))
+    refresh_monitoring_after(settings)
     stopped = outcome.stopped
     seconds = time.monotonic() - started
     if as_json:
@@ -176,6 +177,7 @@ def remove(ctx: click.Context, /, name: str, force: bool, as_json: bool) -> None
 
     settings = load_context_settings(ctx)
     outcome = remove_by_name(settings.state_dir, name, _manager(settings), force=force)
+    refresh_monitoring_after(settings)
     if as_json:
         click.echo(json.dumps({"ok": True, "name": name, "units": list(outcome.units),
                                "instances": list(outcome.instances), "kept": list(outcome.kept)}))

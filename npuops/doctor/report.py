@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from npuops.doctor.model import Status
 from npuops.doctor.runner import DoctorReport
 from npuops.hardware.node import Chip, Node
+from npuops.instance.unit_health import UnitHealth
 from npuops.textout import wrapped
 
 _MARK = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.ERROR: "ERROR"}
@@ -67,10 +68,24 @@ _CHIP_GAUGES: tuple[tuple[str, str, Callable[[Chip], float | None]], ...] = (
 )
 
 
-def prometheus_registry(report: DoctorReport, node: Node | None) -> CollectorRegistry:
-    """The doctor's metrics: npuops_check_* and npuops_doctor_ok, and with a node npu-exporter's names for the
-    chip quantities (a chip gauge no chip reports is left out)."""
+def _unit_gauges(registry: CollectorRegistry, units: Sequence[UnitHealth]) -> None:
+    labels = ("npuops_instance", "npuops_part", "unit")
+    limit = Gauge("npuops_unit_start_limit_hit", "1 when systemd stopped restarting the instance's unit (its "
+                  "StartLimitBurst= failed starts within StartLimitIntervalSec=).", labels, registry=registry)
+    refused = Gauge("npuops_unit_gate_refused", "1 when the start gate refused the unit's last start.", labels,
+                    registry=registry)
+    for unit in units:
+        limit.labels(unit.instance, unit.part, unit.unit).set(1 if unit.start_limit_hit else 0)
+        refused.labels(unit.instance, unit.part, unit.unit).set(1 if unit.gate_refused else 0)
+
+
+def prometheus_registry(report: DoctorReport, node: Node | None, units: Sequence[UnitHealth] = ()
+                        ) -> CollectorRegistry:
+    """The doctor's metrics: npuops_check_* and npuops_doctor_ok, each systemd-run instance's unit state, and with a
+    node npu-exporter's names for the chip quantities (a chip gauge no chip reports is left out)."""
     registry = CollectorRegistry()
+    if units:  # a node without systemd-run instances writes no unit gauges
+        _unit_gauges(registry, units)
     status = Gauge("npuops_check_status", "Result of an npuops doctor check: 0 pass, 1 warn, 2 fail, 3 error, -1 skip.",
                    ("id", "area", "severity"), registry=registry)
     duration = Gauge("npuops_check_duration_seconds", "Time one doctor check took.", ("id",), registry=registry)
@@ -92,7 +107,7 @@ def prometheus_registry(report: DoctorReport, node: Node | None) -> CollectorReg
     return registry
 
 
-def write_prometheus(path: Path, report: DoctorReport, node: Node | None) -> None:
+def write_prometheus(path: Path, report: DoctorReport, node: Node | None, units: Sequence[UnitHealth] = ()) -> None:
     """The node_exporter textfile. node_exporter may read it at any moment: write_to_textfile writes a temp file
     beside it (`<path>.<pid>.<thread>`, outside the collector's *.prom glob) and renames it over the target, so a
     scrape sees the old file or the new, never half. The temp file gets open()'s 0666 less the umask; the umask is
@@ -102,6 +117,6 @@ def write_prometheus(path: Path, report: DoctorReport, node: Node | None) -> Non
     path.parent.mkdir(parents=True, exist_ok=True)
     previous = os.umask(0o022)
     try:
-        write_to_textfile(str(path), prometheus_registry(report, node))
+        write_to_textfile(str(path), prometheus_registry(report, node, units))
     finally:
         os.umask(previous)

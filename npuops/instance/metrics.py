@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-__all__ = ["Sample", "engine_figures", "histogram_quantile", "parse_prometheus", "prefix_cache_use",
-           "spec_decode_use"]
+__all__ = ["ENGINE_LATENCY_FAMILIES", "EngineLatency", "Sample", "engine_figures", "engine_latencies",
+           "histogram_quantile", "parse_prometheus", "prefix_cache_use", "spec_decode_use"]
 
 
 def parse_prometheus(text: str) -> list[Sample]:
@@ -124,6 +125,56 @@ def spec_decode_use(before: Sequence[Sample], after: Sequence[Sample]) -> dict[s
         return None
     return {"drafts": drafts, "draft_tokens": proposed, "accepted_tokens": accepted,
             "acceptance_rate": round(accepted / proposed, 4) if proposed else 0.0}
+
+
+# The engine's own latency histograms, by the name `vllm bench serve` gives the same figure. vLLM v1 stamps each step's
+# outputs in the engine core and its frontend observes TTFT and the inter-token gaps from those stamps (and TPOT as
+# a request's decode time over its later tokens), so they time the engine's steps however the API server later
+# chunks the stream.
+ENGINE_LATENCY_FAMILIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "e2el": "vllm:e2e_request_latency_seconds",
+}
+
+
+@dataclass(frozen=True)
+class EngineLatency:
+    """One latency histogram between two scrapes: how many observations, their exact mean (sum over count), and
+    the median Prometheus' histogram_quantile would estimate from the buckets (coarse: vLLM's lowest ITL bucket is
+    10 ms wide)."""
+
+    count: float
+    mean_ms: float
+    median_ms: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"count": self.count, "mean_ms": round(self.mean_ms, 3),
+                "median_ms": round(self.median_ms, 3) if self.median_ms is not None else None}
+
+
+def engine_latencies(before: Sequence[Sample], after: Sequence[Sample]) -> dict[str, EngineLatency] | None:
+    """The engine's TTFT, TPOT, ITL and end-to-end latency over what it served between two scrapes (summed over
+    its engines and models), or None when it exports no such histograms, observed nothing in between, or
+    restarted (its counters began again)."""
+    found: dict[str, EngineLatency] = {}
+    for metric, family in ENGINE_LATENCY_FAMILIES.items():
+        sums = [_sum(samples, f"{family}_sum") for samples in (before, after)]
+        counts = [_sum(samples, f"{family}_count") for samples in (before, after)]
+        if None in sums or None in counts:
+            return None
+        count = counts[1] - counts[0]  # type: ignore[operator]
+        total = sums[1] - sums[0]  # type: ignore[operator]
+        if count < 0 or total < 0:
+            return None
+        if count == 0:
+            continue
+        earlier = dict(_buckets(before, family))
+        delta = [(bound, value - earlier.get(bound, 0.0)) for bound, value in _buckets(after, family)]
+        median = histogram_quantile(0.5, delta)
+        found[metric] = EngineLatency(count, total / count * 1e3, median * 1e3 if median is not None else None)
+    return found or None
 
 
 def _by_worker(samples: Sequence[Sample], name: str) -> dict[str, float]:

@@ -31,13 +31,13 @@ from npuops.instance.record import (
     InstanceRecord,
     validate_instance_name,
 )
-from npuops.launch.render import env_quote, render_template
 from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan, PdPool
 from npuops.plan.result import Plan
 from npuops.plan.router import DEFAULT_POLICY, RouterOptions
 from npuops.plan.rules import Replica
 from npuops.plan.server_options import ServerOptions
 from npuops.settings import DEFAULT_VENV
+from npuops.templating import env_quote, render_template
 
 SERVICE_USER = "npuops"
 # What a router unit's supervisor runs with the serving venv's interpreter (npuops is installed there too).

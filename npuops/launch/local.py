@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ from npuops.launch.install import (
 )
 from npuops.launch.instance_files import InstanceFiles
 from npuops.launch.revision_store import keep_revision, next_revision, with_revision
+from npuops.monitor.refresh import refresh_monitoring
 from npuops.service.gate import refusal_status, render_gate_text, run_gate
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
@@ -203,6 +205,7 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
         report.progress(f"note: {note}")
     # `npuops status` sees the instance starting from the first moment, not "stopped" while the gate runs.
     write_status(record, SupervisorState.gate(record.name, base_url(record.host, record.port)))
+    _refresh_monitoring(settings, report)
     gate = run_gate(record, settings)
     gate_text = render_gate_text(gate, record.name)
     report.progress(gate_text)
@@ -249,6 +252,7 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
     supervisor.install_signal_handlers()
     report.progress(f"engine log: {record.engine_log}")
     outcome = supervisor.run()
+    _refresh_monitoring(settings, report)
     report.event(event="exit", code=outcome.exit_code, reason=outcome.reason,
                  engine_returncode=outcome.engine_returncode,
                  diagnosis=outcome.diagnosis.to_json() if outcome.diagnosis else None)
@@ -260,6 +264,13 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
                                outcome.log_tail):
         report.progress(line)
     return outcome.exit_code or ExitCode.CHECKS_FAILED
+
+
+def _refresh_monitoring(settings: Settings, report: Reporter) -> None:
+    """Prometheus' targets follow the launch, where `npuops monitor render` set them up (npuops/monitor/refresh.py)."""
+    line = refresh_monitoring(settings.state_dir, socket.gethostname())
+    if line:
+        report.progress(line)
 
 
 # --- the service ------------------------------------------------------------------------------------------------
@@ -300,6 +311,7 @@ def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, mana
                                                                           manager).items()}
     for instance in instances:
         report.progress(f"installed {instance.record.unit} ({', '.join(written[instance.name])})")
+    _refresh_monitoring(settings, report)
     # The replicas behind a router start together (as systemd starts them at boot), the router once they answer.
     replicas = [i.record for i in instances if i.record.behind]
     started = {r.name: begin_start(r, manager, report) for r in replicas}

@@ -42,11 +42,11 @@ from npuops.launch.instance_files import (
     render_pd_router,
     replica_set,
 )
-from npuops.launch.render import render_template
 from npuops.plan.cluster import DP_RPC_PORT, RAY_PORT
 from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
 from npuops.plan.router import RouterOptions
+from npuops.templating import render_template
 
 RAY_ENV_FILE = "ray.env"
 

@@ -27,10 +27,10 @@ from npuops.launch.instance_files import (
     render_pd_instances,
     write_instance_files,
 )
-from npuops.launch.render import env_name, env_quote, unit_user
 from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
 from npuops.settings import Settings
+from npuops.templating import env_name, env_quote, unit_user
 
 LOCAL_BINDS = ("127.0.0.1", "::1", "localhost")
 

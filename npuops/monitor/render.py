@@ -24,6 +24,7 @@ from npuops.monitor.targets import (
     NODE_JOB,
     NPU_EXPORTER_JOB,
     ROUTERS_JOB,
+    Reach,
     TargetGroup,
     engine_targets,
     file_sd,
@@ -73,19 +74,36 @@ def _config(interval_s: int) -> str:
             + yaml.safe_dump(config, sort_keys=False))
 
 
-def render_monitoring(records: Sequence[InstanceRecord], host: str, choices: MonitorChoices) -> dict[str, str]:
-    """Every file of DIR by its relative path (pure)."""
-    groups: dict[str, list[TargetGroup]] = {
-        ENGINES_JOB: engine_targets(records, host), ROUTERS_JOB: router_targets(records, host),
-        NODE_JOB: node_targets(choices.node_exporter, host),
-        NPU_EXPORTER_JOB: node_targets(choices.npu_exporter, host)}
+@dataclass(frozen=True)
+class Rendered:
+    files: dict[str, str]  # DIR's files by relative path
+    unreachable: list[str]  # parts Prometheus cannot scrape from where it runs, and why
+
+
+def render_hosts(hosts: Sequence[tuple[Reach, Sequence[InstanceRecord]]], choices: MonitorChoices) -> Rendered:
+    """Every file of DIR for the instances of each host, as Prometheus reaches that host (pure)."""
+    groups: dict[str, list[TargetGroup]] = {job: [] for job in TARGET_FILES}
+    unreachable: list[str] = []
+    for reach, records in hosts:
+        for job, (found, missed) in ((ENGINES_JOB, engine_targets(records, reach)),
+                                     (ROUTERS_JOB, router_targets(records, reach))):
+            groups[job] += found
+            unreachable += missed
+        groups[NODE_JOB] += node_targets(choices.node_exporter, reach)
+        groups[NPU_EXPORTER_JOB] += node_targets(choices.npu_exporter, reach)
+    every_record = [r for _, records in hosts for r in records]
     files = {CONFIG_FILE: _config(choices.scrape_interval_s),
-             RULES_FILE: rules_file(records, choices.docs_url, choices.latency_factor)}
+             RULES_FILE: rules_file(every_record, choices.docs_url, choices.latency_factor)}
     for job, path in TARGET_FILES.items():
         files[path] = file_sd(groups[job])
     for dashboard in DASHBOARDS:
         files[f"dashboards/{dashboard.uid}.json"] = dashboard_json(dashboard)
-    return files
+    return Rendered(files, unreachable)
+
+
+def render_monitoring(records: Sequence[InstanceRecord], host: str, choices: MonitorChoices) -> dict[str, str]:
+    """Every file of DIR for this node's instances, Prometheus running on this node (pure)."""
+    return render_hosts([(Reach(host), records)], choices).files
 
 
 def write_monitoring(output: Path, files: dict[str, str]) -> list[Path]:

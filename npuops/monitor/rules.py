@@ -92,6 +92,15 @@ ALERTS: tuple[Alert, ...] = (
           f"{_PART} restarted twice or more in 30 minutes",
           f"the engine of {_PART} keeps restarting (a crash loop ends at StartLimitBurst=): `npuops logs "
           f"{_INSTANCE}` for the cause, `npuops doctor` on the node", for_="0m"),
+    Alert("NpuopsStartLimitHit", "npuops_unit_start_limit_hit == 1",
+          "systemd stopped restarting {{ $labels.npuops_part }} (its start limit)",
+          f"{{{{ $labels.unit }}}} failed 5 starts in 15 minutes and stays down: `npuops logs {_INSTANCE}` for the "
+          "cause; once fixed, `systemctl reset-failed {{ $labels.unit }}` and `systemctl start {{ $labels.unit }}`",
+          severity="critical", for_="0m"),
+    Alert("NpuopsGateRefusing", "npuops_unit_gate_refused == 1",
+          "the start gate refuses to start {{ $labels.npuops_part }}",
+          f"a level-1 check fails for the instance's chips, CANN or stack: `npuops status {_INSTANCE}` names it, "
+          "`npuops doctor --explain ID` gives its fix", severity="critical", for_="0m"),
     Alert("NpuopsRouterDown", f'up{{job="{ROUTERS_JOB}"}} == 0', f"the router of {_INSTANCE} does not answer",
           f"no request reaches {_INSTANCE}'s replicas: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`",
           severity="critical", for_="1m"),

@@ -53,14 +53,16 @@ CATALOG: dict[str, MetricSource] = {
         "npu_chip_info_utilization", "npu_chip_info_hbm_used_memory", "npu_chip_info_hbm_total_memory",
         "npu_chip_info_hbm_ecc_double_bit_error_cnt",
     ], NPU_EXPORTER),
-    **dict.fromkeys(["npuops_check_status", "npuops_doctor_ok", "npuops_check_duration_seconds"], DOCTOR),
+    **dict.fromkeys(["npuops_check_status", "npuops_doctor_ok", "npuops_check_duration_seconds",
+                     "npuops_unit_start_limit_hit", "npuops_unit_gate_refused"], DOCTOR),
     **dict.fromkeys(["node_textfile_mtime_seconds", "node_textfile_scrape_error", "node_timex_offset_seconds",
                      "node_timex_sync_status"], NODE_EXPORTER),
     **dict.fromkeys(["up", "scrape_duration_seconds"], PROMETHEUS),
 }
 
 # Which names the doctor's own textfile writes (the rest of NPU_EXPORTER's needs npu-exporter itself).
-DOCTOR_WRITES = ("npuops_check_status", "npuops_doctor_ok", "npuops_check_duration_seconds", "machine_npu_nums",
+DOCTOR_WRITES = ("npuops_check_status", "npuops_doctor_ok", "npuops_check_duration_seconds",
+                 "npuops_unit_start_limit_hit", "npuops_unit_gate_refused", "machine_npu_nums",
                  "npu_chip_info_health_status", "npu_chip_info_temperature", "npu_chip_info_power",
                  "npu_chip_info_utilization", "npu_chip_info_hbm_used_memory", "npu_chip_info_hbm_total_memory")
 

@@ -34,9 +34,30 @@ class TargetGroup:
         return {"targets": [self.target], "labels": dict(self.labels)}
 
 
+_WILDCARDS = ("0.0.0.0", "", "*", "::")  # noqa: S104 - binds, read from records
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How the Prometheus host reaches one serving host: on it (`here`: loopback binds too), or over the network
+    at `address` (a wildcard bind there; a loopback bind cannot be reached from elsewhere)."""
+
+    host: str  # the name the `host` label carries
+    address: str = "127.0.0.1"
+    here: bool = True
+
+    def where(self, bind: str) -> str | None:
+        """Where Prometheus scrapes a server bound to `bind` on that host, or None (loopback elsewhere)."""
+        if self.here:
+            return client_host(bind)
+        if bind in _WILDCARDS:
+            return self.address
+        return None if bind in _LOOPBACK else bind
+
+
 def _address(host: str, port: int) -> str:
-    where = client_host(host)
-    return f"[{where}]:{port}" if ":" in where else f"{where}:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _role(record: InstanceRecord) -> str:
@@ -45,33 +66,48 @@ def _role(record: InstanceRecord) -> str:
     return "replica" if record.behind else "engine"
 
 
-def engine_targets(records: Sequence[InstanceRecord], host: str) -> list[TargetGroup]:
-    """Each engine's /metrics (its own address and port)."""
-    out = []
+def engine_targets(records: Sequence[InstanceRecord], reach: Reach) -> tuple[list[TargetGroup], list[str]]:
+    """Each engine's /metrics (its own address and port), and the parts Prometheus cannot reach from where it runs."""
+    out, unreachable = [], []
     for record in sorted(records, key=lambda r: r.name):
         if record.is_router or not record.runs_engine:
             continue
-        out.append(TargetGroup(_address(record.host, record.port), {
+        where = reach.where(record.host)
+        if where is None:
+            unreachable.append(f"{reach.host}: {record.name} listens on {record.host} only")
+            continue
+        out.append(TargetGroup(_address(where, record.port), {
             "npuops_instance": record.behind or record.name, "npuops_part": record.name,
-            "model": record.served_model_name, "role": _role(record), "host": host,
+            "model": record.served_model_name, "role": _role(record), "host": reach.host,
             "chips": ",".join(str(d) for d in record.devices)}))
-    return out
+    return out, unreachable
 
 
-def router_targets(records: Sequence[InstanceRecord], host: str) -> list[TargetGroup]:
-    """Each router's metrics port (vllm-router's --prometheus-port: launch binds it to 127.0.0.1)."""
-    out = []
+def router_targets(records: Sequence[InstanceRecord], reach: Reach) -> tuple[list[TargetGroup], list[str]]:
+    """Each router's metrics port (vllm-router's --prometheus-port: launch binds it to 127.0.0.1, so only a
+    Prometheus on the router's host reaches it)."""
+    out, unreachable = [], []
     for record in sorted(records, key=lambda r: r.name):
         if not record.is_router or not record.metrics_port:
             continue
-        out.append(TargetGroup(_address("127.0.0.1", record.metrics_port), {
+        where = reach.where("127.0.0.1")
+        if where is None:
+            unreachable.append(f"{reach.host}: router {record.name}'s metrics listen on 127.0.0.1 only")
+            continue
+        out.append(TargetGroup(_address(where, record.metrics_port), {
             "npuops_instance": record.name, "npuops_part": record.name, "model": record.served_model_name,
-            "role": "router", "host": host, "chips": "", "replicas": str(len(record.replicas))}))
-    return out
+            "role": "router", "host": reach.host, "chips": "", "replicas": str(len(record.replicas))}))
+    return out, unreachable
 
 
-def node_targets(address: str | None, host: str) -> list[TargetGroup]:
-    return [TargetGroup(address, {"role": "node", "host": host})] if address else []
+def node_targets(address: str | None, reach: Reach) -> list[TargetGroup]:
+    """An exporter of the node (node_exporter, npu-exporter) at `address` as seen on that node: a loopback one is
+    reached at the node's address from elsewhere (an exporter meant to be scraped listens beyond loopback)."""
+    if not address:
+        return []
+    bind, _, port = address.rpartition(":")
+    where = reach.where(bind.strip("[]")) or reach.address
+    return [TargetGroup(_address(where, int(port)), {"role": "node", "host": reach.host})]
 
 
 def file_sd(groups: Sequence[TargetGroup]) -> str:

@@ -10,6 +10,9 @@ over the stored samples; throughput and end-to-end latency follow from them thro
 
 The geometric mean keeps one odd bench from dominating and treats a 2x too slow and a 2x too fast alike. Only the
 newest samples per node and stack are kept (a tune stores one per trial), so an old stack's benches age out.
+
+The same file keeps a CPU host's measured memory bandwidth (the roofline a bench sets its decode step against),
+measured once by the first bench of the host.
 """
 
 from __future__ import annotations
@@ -73,6 +76,32 @@ class CalibrationSample:
                    perf=PerfInputs.from_json(data["perf"]), ttft_ms=float(data["ttft_ms"]),
                    tpot_ms=float(data["tpot_ms"]), output_tokens_per_s=float(data["output_tokens_per_s"]),
                    at=float(data["at"]))
+
+
+HOST_BANDWIDTH_KEY = "host_memory_bandwidth"
+
+
+@dataclass(frozen=True)
+class HostBandwidth:
+    """A CPU host's memory bandwidth as measured once (npuops/hardware/memory_bandwidth.py), kept by its label."""
+
+    bytes_per_s: float
+    how: str  # what measured it
+    at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes_per_s": self.bytes_per_s, "how": self.how, "at": self.at}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostBandwidth:
+        value = float(data["bytes_per_s"])
+        if not value > 0:
+            raise ValueError(f"bandwidth {value} is not positive")
+        return cls(value, str(data["how"]), float(data["at"]))
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d", time.localtime(self.at))
+        return f"{self.bytes_per_s / 1e9:.1f} GB/s measured on this host {when} ({self.how})"
 
 
 @dataclass(frozen=True)
@@ -139,31 +168,57 @@ class CalibrationStore:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / CALIBRATION_FILE
 
-    def samples(self) -> list[CalibrationSample]:
+    def _read(self) -> dict[str, Any]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return []
+            return {"samples": []}
         except OSError as exc:
             raise BadInputError(f"cannot read {self.path}: {exc.strerror}", "check its permissions") from None
         try:
-            return [CalibrationSample.from_json(item) for item in json.loads(text)["samples"]]
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get(HOST_BANDWIDTH_KEY, {}), dict):
+                raise TypeError("not an object of samples and host bandwidths")
+            return data
+        except (ValueError, TypeError) as exc:
+            raise self._not_ours(exc) from None
+
+    def _not_ours(self, exc: Exception) -> BadInputError:
+        return BadInputError(f"{self.path} is not a calibration file npuops wrote ({exc})",
+                             "delete it (the next bench writes a new one) or plan with --no-calibration")
+
+    def _write(self, data: dict[str, Any]) -> None:
+        write_text_atomic(self.path, json.dumps(data, indent=1) + "\n", mode=0o644)
+
+    def samples(self) -> list[CalibrationSample]:
+        try:
+            return [CalibrationSample.from_json(item) for item in self._read()["samples"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise BadInputError(f"{self.path} is not a calibration file npuops wrote ({exc})",
-                                "delete it (the next bench writes a new one) or plan with --no-calibration"
-                                ) from None
+            raise self._not_ours(exc) from None
 
     def add(self, sample: CalibrationSample) -> NodeCalibration:
         """Store a sample (keeping the newest MAX_SAMPLES of its hardware and stack) and return the new fit."""
+        data = self._read()
         kept = self.samples()
         same = [s for s in kept if s.hardware == sample.hardware and s.stack == sample.stack]
         others = [s for s in kept if s not in same]
         same = [*same, sample][-MAX_SAMPLES:]
-        data = {"samples": [s.to_json() for s in others + same]}
-        write_text_atomic(self.path, json.dumps(data, indent=1) + "\n", mode=0o644)
+        self._write({**data, "samples": [s.to_json() for s in others + same]})
         calibration = self.for_node(sample.hardware, sample.stack)
         assert calibration is not None
         return calibration
+
+    def host_bandwidth(self, hardware: str) -> HostBandwidth | None:
+        """The memory bandwidth measured on this CPU host (its roofline), when it was."""
+        entry = self._read().get(HOST_BANDWIDTH_KEY, {}).get(hardware)
+        try:
+            return HostBandwidth.from_json(entry) if entry is not None else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._not_ours(exc) from None
+
+    def keep_host_bandwidth(self, hardware: str, measured: HostBandwidth) -> None:
+        data = self._read()
+        self._write({**data, HOST_BANDWIDTH_KEY: {**data.get(HOST_BANDWIDTH_KEY, {}), hardware: measured.to_json()}})
 
     def hardware_benched(self, hardware: str) -> bool:
         return any(s.hardware == hardware for s in self.samples())

@@ -28,7 +28,8 @@ from npuops.provision.packages import PackageSet, check_wheelhouse, verify_packa
 
 PLAYBOOK = "provision.yml"
 # The roles by their tags (npu_network's tag is npu-network), in the order provision.yml runs them.
-ROLES = ("preflight", "users", "driver", "npu-network", "cann", "environment", "python", "tuning", "verify")
+ROLES = ("preflight", "users", "driver", "npu-network", "cann", "environment", "python", "tuning", "monitoring",
+         "verify")
 NPU_NETWORK = "npu-network"
 
 
@@ -180,6 +181,8 @@ def host_report(result: HostResult) -> dict[str, Any]:
     }
     if data.get("doctor") is not None:
         report["doctor"] = data["doctor"]
+    if isinstance(data.get("doctor_timer"), Mapping):
+        report["doctor_timer"] = dict(data["doctor_timer"])  # the monitoring role: npuops-doctor.timer, or why not
     if isinstance(data.get("npu_network"), Mapping):
         # Each NPU port before and after (in check mode: what it would be), the hccn_tool calls, the verification.
         report["npu_network"] = data["npu_network"]

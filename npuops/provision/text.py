@@ -48,6 +48,9 @@ def render_report_text(report: Any, waived_hardware_check: bool = False) -> str:
             lines.extend(npu_network_lines(name, h["npu_network"]))
         if h["message"]:
             lines.append(f"{name}: {h['message']}")
+        timer = h.get("doctor_timer")
+        if isinstance(timer, dict) and not timer.get("installed") and timer.get("why"):
+            lines.append(f"{name}: npuops-doctor.timer not installed: {timer['why']}")
         doctor = h.get("doctor")
         if isinstance(doctor, dict) and doctor.get("failed"):
             lines.append(f"{name}: doctor --level 1 failed checks: {', '.join(doctor['failed'])}")

@@ -11,13 +11,13 @@ import pytest
 
 from npuops.bench.report import (
     baseline_ratios,
-    bursty_stream,
     hardware_fractions,
     prediction_ratios,
     render_report_text,
 )
 from npuops.bench.run import BenchRequest, bench_load
 from npuops.bench.serve_bench import BenchLoad, bench_serve_argv, parse_serve_result
+from npuops.bench.timing import choose_timing
 from npuops.instance.bench_results import bench_headline, render_bench_headline
 from npuops.parsing import ParseError
 from npuops.plan.catalog import load_model
@@ -100,56 +100,16 @@ def test_ratios_and_hardware_fractions() -> None:
     assert ratios["output_throughput"] == pytest.approx(measured.output_throughput / predicted.output_tokens_per_s,
                                                         rel=1e-3)
     limits = roofline(perf)
-    fractions = hardware_fractions(measured, perf, limits)
+    fractions = hardware_fractions(choose_timing(measured, None, limits), perf, limits, "the chip's")
     # The fastest step streams ~16 GB over 1.6 TB/s: ~10 ms; the recorded TPOT (11 ms) is near it.
     assert 0.5 < fractions["decode_fraction"] < 1.5
+    assert fractions["memory"] == "HBM" and fractions["bandwidth_bytes_per_s"] == 1.6e12
     assert limits.prefill_flops_per_s == perf.flops_per_s
     assert 0 < fractions["prefill_fraction"] < 1
     plain = parse_serve_result(FIXTURE.read_text().replace('"output_throughput": 270.4969189305111',
                                                            '"output_throughput": 135.24845946525555'))
     b = baseline_ratios(measured, plain)
     assert b["output_throughput_ratio"] == pytest.approx(2.0, rel=1e-3) and b["e2el_reduction"] == 0.0
-
-
-def _bursty(text: str) -> str:
-    """The recorded result as the demo once measured it on a busy host: the stream's tokens came in one burst at the
-    end of each request, so every request's TPOT (its time after the first chunk over its later tokens) was ~0."""
-    raw = json.loads(text)
-    for stat in ("median", "mean", "p99"):
-        raw[f"{stat}_tpot_ms"] = raw[f"{stat}_itl_ms"] = 0.0
-        raw[f"{stat}_ttft_ms"] = raw[f"{stat}_e2el_ms"]
-    return json.dumps(raw)
-
-
-def test_a_stream_in_bursts_is_named_and_not_stored_as_calibration() -> None:
-    """A TPOT below the fastest step the memory bandwidth allows is not a decode step: the report says so, and a
-    bench keeps it out of calibration (which would scale the step towards zero)."""
-    limits = roofline(_plan().perf)
-    assert bursty_stream(parse_serve_result(FIXTURE.read_text()), limits) is None
-    note = bursty_stream(parse_serve_result(_bursty(FIXTURE.read_text())), limits)
-    assert note is not None and "median TPOT 0.00 ms is below the fastest step" in note and "bursts" in note
-    # Speculative decoding yields up to 1 + K tokens a step: a TPOT of a third of the step is no burst at K = 3.
-    step_ms = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s * 1e3
-    third = parse_serve_result(FIXTURE.read_text().replace(
-        f'"median_tpot_ms": {json.loads(FIXTURE.read_text())["median_tpot_ms"]}', f'"median_tpot_ms": {step_ms / 3}'))
-    assert third.latency["tpot"].median_ms == pytest.approx(step_ms / 3)
-    assert bursty_stream(third, limits) is not None and bursty_stream(third, limits, spec_tokens=3) is None
-    measured = parse_serve_result(_bursty(FIXTURE.read_text()))
-    # Such a TPOT would put decode far above the roofline (a CI run printed 2720%): no fractions, said once.
-    assert hardware_fractions(third, _plan().perf, limits)["decode_fraction"] == pytest.approx(3, rel=1e-3)
-    untimed = hardware_fractions(measured, _plan().perf, limits, timed=False)
-    assert untimed["decode_fraction"] is None and untimed["prefill_fraction"] is None
-    assert untimed["decode_roofline_tokens_per_s"] > 0
-    report = {"target": "demo", "load": BenchLoad(128, 32, 4, None, 40).as_dict(),
-              "load_description": BenchLoad(128, 32, 4, None, 40).describe(), "measured": measured.as_dict(),
-              "at": 0.0, "stream_note": note, "calibration": {"skipped": "the stream came in bursts"},
-              "hardware_limit": untimed}
-    text = render_report_text(report)
-    assert "  hardware: not measured (the stream did not time the engine's steps, see below)\n" in text
-    assert "% of the memory-bandwidth" not in text
-    assert f"  stream: {note}\n" in text
-    assert "calibration: not stored (the stream came in bursts); bench again" in text
-    assert "calibration now" not in text
 
 
 def test_the_report_text_and_the_status_headline() -> None:

@@ -26,11 +26,11 @@ from npuops.envfile import parse_env_file as npuops_env_file
 from npuops.errors import BadInputError
 from npuops.launch.instance_files import LaunchSpec, parse_env_assignments, render_instances
 from npuops.launch.prepare import LaunchChoices, check_bind_address
-from npuops.launch.render import env_quote, systemd_quote, unit_text, unit_user, yaml_scalar
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target
+from npuops.templating import env_quote, systemd_quote, unit_text, unit_user, yaml_scalar
 from tests.support.paths import REPO
 from tests.support.unit_syntax import expand_specifiers, parse_env_file, parse_unit, split_command_line
 

@@ -17,11 +17,11 @@ from npuops.envfile import parse_env_file
 from npuops.errors import BadInputError
 from npuops.inputfiles import read_api_key_file
 from npuops.launch.instance_files import LaunchSpec, render_instances, write_instance_files
-from npuops.launch.render import env_quote, render_template, systemd_quote
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
+from npuops.templating import env_quote, render_template, systemd_quote
 from tests.support.paths import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "render"

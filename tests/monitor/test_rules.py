@@ -25,11 +25,12 @@ from prometheus_client import generate_latest
 from npuops.doctor.report import prometheus_registry
 from npuops.doctor.runner import DoctorReport
 from npuops.instance.record import InstanceRecord
+from npuops.instance.unit_health import UnitHealth
 from npuops.launch.instance_files import LaunchSpec, render_instances
 from npuops.monitor.render import MonitorChoices, render_monitoring, write_monitoring
 from npuops.monitor.rules import ALERTS, RECORDINGS, every_expression
 from npuops.monitor.sources import CATALOG, DOCTOR, DOCTOR_WRITES, ROUTER, VLLM, metric_names, unknown_metrics
-from npuops.monitor.targets import engine_targets, file_sd
+from npuops.monitor.targets import Reach, engine_targets, file_sd
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
@@ -89,7 +90,12 @@ def test_the_catalogs_engine_and_router_names_are_in_the_recorded_metrics() -> N
 
 def test_the_doctor_writes_the_names_the_catalog_says_it_does(tmp_path: Path) -> None:
     node = bare_node(tmp_path, npu_smi=capture("npu-smi-info_910b1_8dev_busy_elided_1.txt"))
-    text = generate_latest(prometheus_registry(DoctorReport(outcomes=(), duration_s=0.0), node)).decode()
+    units = [UnitHealth("m", "m-r0", "npuops-vllm@m-r0.service", start_limit_hit=True, gate_refused=False)]
+    text = generate_latest(prometheus_registry(DoctorReport(outcomes=(), duration_s=0.0), node, units)).decode()
+    assert ('npuops_unit_start_limit_hit{npuops_instance="m",npuops_part="m-r0",unit="npuops-vllm@m-r0.service"} 1.0'
+            in text)
+    assert ('npuops_unit_gate_refused{npuops_instance="m",npuops_part="m-r0",unit="npuops-vllm@m-r0.service"} 0.0'
+            in text)
     written = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
     assert sorted(set(DOCTOR_WRITES) - written) == []
     assert all(n in DOCTOR_WRITES for n, s in CATALOG.items() if s is DOCTOR)
@@ -143,6 +149,10 @@ CASES: dict[str, tuple[list[tuple[str, dict[str, str], str, str]], dict[str, str
                          {"job": "npuops-engines", **PART}),
     "NpuopsEngineRestarting": ([("process_start_time_seconds", {"job": "npuops-engines", **PART},
                                  "100x15 200x10 300x15", "100x40")], {"job": "npuops-engines", **PART}),
+    "NpuopsStartLimitHit": ([("npuops_unit_start_limit_hit", {**PART, "unit": "npuops-vllm@m-r0.service"}, "1x40",
+                              "0x40")], {**PART, "unit": "npuops-vllm@m-r0.service"}),
+    "NpuopsGateRefusing": ([("npuops_unit_gate_refused", {**PART, "unit": "npuops-vllm@m-r0.service"}, "1x40",
+                             "0x40")], {**PART, "unit": "npuops-vllm@m-r0.service"}),
     "NpuopsRouterDown": ([("up", {"job": "npuops-routers", "npuops_instance": "m"}, "0x40", "1x40")],
                          {"job": "npuops-routers", "npuops_instance": "m"}),
     "NpuopsReplicaOutOfRouter": ([("vllm_router_worker_health", {"worker": "http://127.0.0.1:9101",
@@ -259,5 +269,5 @@ def replica_record(tmp_path_factory: pytest.TempPathFactory) -> InstanceRecord:
 def test_any_model_or_host_name_survives_the_target_files(replica_record: InstanceRecord, model: str,
                                                           host: str) -> None:
     record = dataclasses.replace(replica_record, served_model_name=model)
-    (group,) = json.loads(file_sd(engine_targets([record], host)))
+    (group,) = json.loads(file_sd(engine_targets([record], Reach(host))[0]))
     assert group["labels"]["model"] == model and group["labels"]["host"] == host

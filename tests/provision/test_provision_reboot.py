@@ -70,6 +70,7 @@ def test_allow_reboot_reboots_the_host_and_the_same_run_converges(fleet: Systemd
         "npuops_kernel_build_dir": "/srv/kbuild", "npuops_dkms_path": "/srv/dkms", "npuops_min_free_gb": 1,
         "npuops_sysctl_apply": False, "npuops_tune_governor": False,
         "npuops_doctor_command": str(engine_python_or_skip().parent / "npuops"),
+        "npuops_doctor_timer_command": str(engine_python_or_skip().parent / "npuops"),
         "npuops_reboot_timeout_s": 300,
     })
     boot_before, boots_before = host.boot_id(), host.systemd.boots
@@ -89,6 +90,17 @@ def test_allow_reboot_reboots_the_host_and_the_same_run_converges(fleet: Systemd
     env_file = host.systemd.check(["cat", "/etc/npuops/ascend.env"])
     assert 'ASCEND_HOME_PATH="/usr/local/Ascend/ascend-toolkit/latest"' in env_file
     assert result["doctor"]["ok"] is not None
+    # The monitoring role: npuops-doctor.timer enabled and running; its service writes the doctor's textfile for
+    # node_exporter (the hardened oneshot runs under this host's real systemd).
+    textfile = "/var/lib/prometheus/node-exporter/npuops-doctor.prom"
+    assert result["doctor_timer"] == {"installed": True, "textfile": textfile}, result.get("doctor_timer")
+    assert host.systemd.check(["systemctl", "is-enabled", "npuops-doctor.timer"]).strip() == "enabled"
+    assert host.systemd.check(["systemctl", "is-active", "npuops-doctor.timer"]).strip() == "active"
+    host.systemd.check(["systemctl", "start", "npuops-doctor.service"])
+    written = host.systemd.check(["cat", textfile])
+    assert 'npuops_check_status{area="' in written and "npuops_doctor_ok" in written
+    assert host.systemd.check(["systemctl", "show", "-p", "Result", "npuops-doctor.service"]).strip() == (
+        "Result=success")  # the doctor's exit 1 (checks failed: no NPU here) is its verdict, not the unit's failure
 
     # Converged: a second run changes nothing and does not reboot.
     rc, report = provision(inventory, packages, tmp_path / "artifacts", "--allow-reboot")

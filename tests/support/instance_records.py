@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,3 +35,12 @@ def make_record(state_dir: Path, name: str = "demo", **overrides: Any) -> Instan
     }
     values.update(overrides)
     return InstanceRecord(**values)
+
+
+def keep_status_under(instance_dir: Path, var: Path) -> None:
+    """The record's supervisor status file under the test's directory, not the node's /var/lib."""
+    path = instance_dir / "instance.json"
+    data = json.loads(path.read_text())
+    data["status_file"] = str(var / instance_dir.name / "supervisor.json")
+    (var / instance_dir.name).mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))

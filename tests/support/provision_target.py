@@ -17,7 +17,7 @@ from tests.support.npuops_cli import npuops
 
 # The CANN of the package set the provisioning tests build, and every role but the python one.
 CANN = "8.2.RC1"
-NOT_PYTHON = "preflight,driver,cann,environment,tuning,verify"
+NOT_PYTHON = "preflight,driver,cann,environment,tuning,monitoring,verify"
 
 
 class Target:

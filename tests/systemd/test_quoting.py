@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from npuops.launch.render import env_quote, systemd_quote, unit_text
+from npuops.templating import env_quote, systemd_quote, unit_text
 from tests.support.systemd import ServingNode
 from tests.support.unit_syntax import expand_specifiers, parse_env_file, parse_unit, split_command_line
 from tests.systemd.test_refusals import model_copy, refused

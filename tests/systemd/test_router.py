@@ -17,17 +17,25 @@ import concurrent.futures
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from npuops.httpclient import http_request
-from tests.support.http_server import free_port_run
+from npuops.monitor.dashboards import every_query
+from tests.support.captures import capture
+from tests.support.fake_commands import write_fake_tool
+from tests.support.http_server import free_port, free_port_run
+from tests.support.npuops_cli import npuops_argv
+from tests.support.prometheus import Prometheus, Served, start_node_exporter
 from tests.support.systemd import ServingNode
 from tests.systemd.test_lifecycle import status, wait_for
 
@@ -37,6 +45,8 @@ NAME = "rt"
 KEY = "rt-key-5b8e1f0c"
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 KEY_FILE = Path("/srv/npuops-test/rt.key")
+# `npuops monitor render` writes here in the namespace; Prometheus, on this machine, reads it through the root.
+MONITOR_DIR = Path("/srv/npuops-test/monitor")
 
 
 def _request(port: int, prompt: str, *, key: str | None = KEY, tokens: int = 8) -> tuple[int, dict[str, Any]]:
@@ -74,19 +84,77 @@ def port() -> int:
     return free_port_run(4)
 
 
+@pytest.fixture(scope="module")
+def node_exporter_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _monitoring_ends_with_the_module(serving_node: ServingNode) -> Iterator[None]:
+    """The session's systemd serves other modules after this one: their launches follow no monitoring."""
+    yield
+    (serving_node.systemd.root / "etc/npuops/monitor.json").unlink(missing_ok=True)
+
+
+@dataclass
+class Watching:
+    prometheus: Prometheus
+    node_exporter: Served
+
+
+@pytest.fixture(scope="module")
+def watching(serving_node: ServingNode, node_exporter_port: int, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Watching]:
+    """A real Prometheus on the rendered configuration, and node_exporter serving the doctor's textfile, which the
+    doctor writes here with npu-smi replaying a recorded 910B1 node (a fake on PATH: no NPU here)."""
+    work = tmp_path_factory.mktemp("watching")
+    fake = write_fake_tool(work / "bin", "npu-smi", capture("npu-smi-info_910b1_8dev_busy_elided_1.txt"))
+    textfiles = work / "textfiles"
+    textfiles.mkdir()
+    env = {**os.environ, "NPUOPS_NPU_SMI": str(fake), "NPUOPS_STATE_DIR": str(work / "state")}
+    argv = npuops_argv("doctor", "--level", "1", "--prometheus", str(textfiles / "npuops-doctor.prom"))
+    doctor = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert doctor.returncode in (0, 1), doctor.stderr  # 1: checks fail on this machine (no driver), which is data
+    exporter = start_node_exporter(textfiles, work, node_exporter_port)
+    try:
+        prometheus = Prometheus(serving_node.systemd.root / MONITOR_DIR.relative_to("/") / "prometheus.yml", work)
+    except BaseException:
+        exporter.close()
+        raise
+    try:
+        yield Watching(prometheus, exporter)
+    finally:
+        prometheus.close()
+        exporter.close()
+
+
+def _targets(node: ServingNode, job: str) -> list[str]:
+    """The parts a rendered target file lists (engines, routers)."""
+    path = node.systemd.root / MONITOR_DIR.relative_to("/") / "targets" / f"{job}.json"
+    return [g["labels"]["npuops_part"] for g in json.loads(path.read_text())]
+
+
 def _parts(node: ServingNode) -> dict[str, dict[str, Any]]:
     now = status(node, NAME)
     return {p["name"]: p for p in now.get("parts", [])}
 
 
-def test_launch_puts_a_router_in_front_of_two_replicas(serving_node: ServingNode, port: int) -> None:
+def test_launch_puts_a_router_in_front_of_two_replicas(serving_node: ServingNode, port: int,
+                                                       node_exporter_port: int) -> None:
     node = serving_node
+    # Monitoring set up first, before anything serves: the launch itself puts its parts in Prometheus' targets.
+    rendered = node.npuops("monitor", "render", "--output", str(MONITOR_DIR), "--node-exporter",
+                           f"127.0.0.1:{node_exporter_port}", "--scrape-interval", "2", "--json")
+    assert rendered.returncode == 0, rendered.stderr
+    assert _targets(node, "engines") == [] and _targets(node, "routers") == []
     key_file = node.systemd.root / KEY_FILE.relative_to("/")
     key_file.write_text(KEY + "\n")
     os.chmod(key_file, 0o600)
     done = node.launch(NAME, port, "--dp", "2", "--api-key-file", str(KEY_FILE), "--json", timeout=1500)
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], (report, done.stderr[-4000:])
+    assert f"monitoring: Prometheus' targets and rules in {MONITOR_DIR} follow the change" in done.stderr
+    assert _targets(node, "engines") == [f"{NAME}-r0", f"{NAME}-r1"] and _targets(node, "routers") == [NAME]
     assert [i["name"] for i in report["instances"]] == [f"{NAME}-r0", f"{NAME}-r1", NAME]
     assert report["instances"][-1]["url"] == f"http://127.0.0.1:{port}"
 
@@ -129,6 +197,53 @@ def test_requests_through_the_endpoint_reach_both_replicas(serving_node: Serving
     assert sum(gained) == 32 and all(g > 0 for g in gained), gained
     routed = status(serving_node, NAME)["metrics"]["workers"]
     assert all(w["requests"] and w["healthy"] for w in routed.values()), routed
+
+
+def _every_panel_query() -> list[str]:
+    """The dashboards' queries as Grafana sends them with every value of each variable chosen (its allValue)."""
+    return [re.sub(r'=~"\$\w+"', '=~".*"', expr) for expr in every_query()]
+
+
+def test_prometheus_scrapes_every_target_and_every_panel_has_data(serving_node: ServingNode, port: int,
+                                                                   watching: Watching) -> None:
+    """Prometheus on what `npuops monitor render` wrote: the two replicas, the router's metrics port and
+    node_exporter (the doctor's textfile) all up, with their labels; every panel of the three dashboards answers
+    with data once requests flow (the latency quantiles and rates need some), the prediction among them."""
+    prometheus = watching.prometheus
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            _run_requests(port, 8, parallel=2)
+
+    flowing = threading.Thread(target=traffic, daemon=True)
+    flowing.start()
+    try:
+        def all_up() -> bool:
+            targets = prometheus.targets()
+            return len(targets) == 4 and all(t["health"] == "up" for t in targets)
+
+        wait_for("every target up", all_up, 120, poll=1)
+        by_part = {t["labels"].get("npuops_part", t["labels"]["job"]): t["labels"] for t in prometheus.targets()}
+        assert sorted(by_part) == ["npuops-node", NAME, f"{NAME}-r0", f"{NAME}-r1"], by_part
+        assert by_part[f"{NAME}-r1"]["role"] == "replica" and by_part[f"{NAME}-r1"]["npuops_instance"] == NAME
+        assert by_part[NAME]["role"] == "router" and by_part[NAME]["model"] == "tiny-llama"
+        deadline = time.monotonic() + 180
+        missing = _every_panel_query()
+        while missing and time.monotonic() < deadline:
+            time.sleep(3)
+            missing = [expr for expr in missing if not prometheus.query(expr)]
+        assert not missing, f"panels without data after 180 s: {missing}"
+    finally:
+        stop.set()
+        flowing.join(timeout=300)
+    # The doctor's textfile through node_exporter: the chips of the recorded table (chips 0 and 7 of an 8-chip
+    # 910B1 node; the capture elides the others).
+    chips = prometheus.query('npu_chip_info_health_status{job="npuops-node"}')
+    assert sorted(c["metric"]["id"] for c in chips) == ["0", "7"], chips
+    assert {c["metric"]["model_name"] for c in chips} == {"910B1"}, chips
+    predicted = prometheus.query(f'npuops:predicted_tpot_seconds{{npuops_instance="{NAME}"}}')
+    assert len(predicted) == 1 and float(predicted[0]["value"][1]) > 0, predicted
 
 
 def _router_health(port: int) -> int:
@@ -196,9 +311,26 @@ def test_a_replica_down_leaves_the_router_serving_and_its_watchdog_quiet(serving
     assert sorted(_workers(port)) == [r0_url, r1_url]
 
 
-def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: ServingNode, port: int) -> None:
+# How long systemd waits before it restarts the killed replica here: longer than NpuopsEngineDown's `for: 1m`, so the
+# alert can fire before the restart (the unit's own RestartSec=10 usually brings the engine back within a minute).
+SLOW_RESTART = "[Service]\nRestartSec=75\n"
+
+
+def _engine_down(prometheus: Prometheus, state: str) -> bool:
+    return any(a["labels"].get("npuops_part") == f"{NAME}-r1" and a["state"] == state
+               for a in prometheus.alerts("NpuopsEngineDown"))
+
+
+def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: ServingNode, port: int,
+                                                               watching: Watching) -> None:
+    """... and Prometheus sees it: NpuopsEngineDown fires for the killed replica while systemd waits to restart it,
+    and resolves once the restarted engine answers its scrapes again."""
     node = serving_node
     unit = f"npuops-{NAME}-r1.service"
+    drop_in = node.systemd.root / f"etc/systemd/system/{unit}.d/slow-restart.conf"
+    drop_in.parent.mkdir(parents=True, exist_ok=True)
+    drop_in.write_text(SLOW_RESTART)
+    node.systemd.check(["systemctl", "daemon-reload"])
     restarts = int(node.systemd.unit_property(unit, "NRestarts"))
     engine = json.loads((node.systemd.root / f"var/lib/npuops-{NAME}-r1/supervisor.json").read_text())["engine_pid"]
     codes: list[int] = []
@@ -210,9 +342,19 @@ def test_a_killed_replica_costs_at_most_its_requests_in_flight(serving_node: Ser
     ok = codes.count(200)
     print(f"replica killed mid-run: {ok} of {len(codes)} requests through the endpoint succeeded")  # for -rA
     assert len(codes) == 60 and ok >= 54, codes
-    # systemd restarts the replica; the router puts it back once its /health answers.
-    wait_for("r1 restarted", lambda: int(node.systemd.unit_property(unit, "NRestarts")) > restarts, 120)
+    try:
+        prometheus = watching.prometheus
+        wait_for("NpuopsEngineDown fires for r1", lambda: _engine_down(prometheus, "firing"), 150, poll=2)
+        firing = next(a for a in prometheus.alerts("NpuopsEngineDown") if a["state"] == "firing")
+        assert firing["labels"]["severity"] == "critical" and firing["labels"]["npuops_instance"] == NAME, firing
+        assert f"`npuops status {NAME}`" in firing["annotations"]["description"], firing
+        # systemd restarts the replica; the router puts it back once its /health answers.
+        wait_for("r1 restarted", lambda: int(node.systemd.unit_property(unit, "NRestarts")) > restarts, 240)
+    finally:
+        drop_in.unlink()
+        node.systemd.check(["systemctl", "daemon-reload"])
     wait_for("all healthy again", lambda: status(node, NAME)["state"] == "healthy", 400, poll=3)
+    wait_for("NpuopsEngineDown resolved", lambda: not prometheus.alerts("NpuopsEngineDown"), 120, poll=2)
     before = _served(port + 2)
     wait_for("r1 serves again", lambda: _run_requests(port, 8) and _served(port + 2) > before, 120, poll=2)
 
@@ -239,6 +381,9 @@ def test_status_logs_and_stop_see_every_part(serving_node: ServingNode, port: in
     assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
     for unit in (f"npuops-{NAME}-router.service", f"npuops-{NAME}-r0.service", f"npuops-{NAME}-r1.service"):
         assert node.systemd.unit_property(unit, "ActiveState") in ("inactive", "failed"), unit
+    # Stopped by its operator: out of Prometheus' targets, so nothing alerts on it.
+    assert "monitoring: Prometheus' targets" in done.stderr, done.stderr
+    assert _targets(node, "engines") == [] and _targets(node, "routers") == []
 
     # `remove` uninstalls the router and both replicas: systemd no longer knows their units (nothing comes back at
     # boot), the env files holding the key are gone, and `list` no longer shows the instance.
