@@ -23,6 +23,9 @@ LATENCY_FACTOR = 3.0
 KV_CACHE_HIGH = 0.9
 DOCTOR_STALE_S = 1800
 CLOCK_SKEW_S = 0.5
+# The runbook of the alerts on an instance: the doctor check that reads every instance's state (status, logs, the
+# supervisor's diagnosis, a group's parts).
+INSTANCE_PAGE = "instances-healthy"
 CHIP_TEMPERATURE_C = 85
 
 
@@ -87,42 +90,43 @@ ALERTS: tuple[Alert, ...] = (
     Alert("NpuopsEngineDown", f'up{{job="{ENGINES_JOB}"}} == 0', f"{_PART} does not answer /metrics",
           f"the engine of {_PART} ({_INSTANCE}) is down or hung: `npuops status {_INSTANCE}`, "
           f"`npuops logs {_INSTANCE}` (systemd restarts it; the supervisor's diagnosis names the cause)",
-          severity="critical", for_="1m"),
+          severity="critical", for_="1m", runbook=INSTANCE_PAGE),
     Alert("NpuopsEngineRestarting", f'changes(process_start_time_seconds{{job="{ENGINES_JOB}"}}[30m]) >= 2',
           f"{_PART} restarted twice or more in 30 minutes",
           f"the engine of {_PART} keeps restarting (a crash loop ends at StartLimitBurst=): `npuops logs "
-          f"{_INSTANCE}` for the cause, `npuops doctor` on the node", for_="0m"),
+          f"{_INSTANCE}` for the cause, `npuops doctor` on the node", for_="0m", runbook=INSTANCE_PAGE),
     Alert("NpuopsStartLimitHit", "npuops_unit_start_limit_hit == 1",
           "systemd stopped restarting {{ $labels.npuops_part }} (its start limit)",
           f"{{{{ $labels.unit }}}} failed 5 starts in 15 minutes and stays down: `npuops logs {_INSTANCE}` for the "
           "cause; once fixed, `systemctl reset-failed {{ $labels.unit }}` and `systemctl start {{ $labels.unit }}`",
-          severity="critical", for_="0m"),
+          severity="critical", for_="0m", runbook=INSTANCE_PAGE),
     Alert("NpuopsGateRefusing", "npuops_unit_gate_refused == 1",
           "the start gate refuses to start {{ $labels.npuops_part }}",
           f"a level-1 check fails for the instance's chips, CANN or stack: `npuops status {_INSTANCE}` names it, "
-          "`npuops doctor --explain ID` gives its fix", severity="critical", for_="0m"),
+          "`npuops doctor --explain ID` gives its fix", severity="critical", for_="0m", runbook=INSTANCE_PAGE),
     Alert("NpuopsRouterDown", f'up{{job="{ROUTERS_JOB}"}} == 0', f"the router of {_INSTANCE} does not answer",
           f"no request reaches {_INSTANCE}'s replicas: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`",
-          severity="critical", for_="1m"),
+          severity="critical", for_="1m", runbook=INSTANCE_PAGE),
     Alert("NpuopsReplicaOutOfRouter", "vllm_router_worker_health == 0",
           "{{ $labels.worker }} is out of router {{ $labels.npuops_instance }}",
           f"the router sends {{{{ $labels.worker }}}} nothing (its health check fails): `npuops status {_INSTANCE}` "
-          "names the replica and its state", for_="2m"),
+          "names the replica and its state", for_="2m", runbook=INSTANCE_PAGE),
     Alert("NpuopsKvCacheHigh", f"vllm:kv_cache_usage_perc > {KV_CACHE_HIGH}",
           f"{_PART}'s KV cache is over {KV_CACHE_HIGH:.0%} full",
           f"requests of {_INSTANCE} queue or get preempted: plan more KV cache or replicas (`npuops plan`, "
-          f"`npuops rollout {_INSTANCE} --max-num-seqs N`)", for_="10m"),
+          f"`npuops rollout {_INSTANCE} --max-num-seqs N`)", for_="10m", runbook=INSTANCE_PAGE),
     Alert("NpuopsQueueGrowing", "vllm:num_requests_waiting > 0 and deriv(vllm:num_requests_waiting[10m]) > 0",
           f"requests wait at {_PART}, more every minute",
           f"{_INSTANCE} gets more than it serves: add replicas (`npuops launch --dp N`) or check `npuops bench "
-          f"{_INSTANCE}` against the plan's prediction", for_="10m"),
+          f"{_INSTANCE}` against the plan's prediction", for_="10m", runbook=INSTANCE_PAGE),
     Alert("NpuopsRequestErrors", 'sum by (npuops_instance, npuops_part) (rate(http_requests_total{status="5xx"}[5m])) '
           '> 0 or sum by (npuops_instance, npuops_part) (rate(vllm:request_success_total{finished_reason="error"}'
           "[5m])) > 0", f"{_PART} answers with errors",
-          f"requests to {_INSTANCE} fail: `npuops logs {_INSTANCE}`", for_="5m"),
+          f"requests to {_INSTANCE} fail: `npuops logs {_INSTANCE}`", for_="5m", runbook=INSTANCE_PAGE),
     Alert("NpuopsRouterErrors", "sum by (npuops_instance) (rate(vllm_router_request_errors_total[5m])) > 0",
           f"router {_INSTANCE} answers with errors",
-          f"requests through {_INSTANCE}'s router fail: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`"),
+          f"requests through {_INSTANCE}'s router fail: `npuops status {_INSTANCE}`, `npuops logs {_INSTANCE}`",
+          runbook=INSTANCE_PAGE),
     Alert("NpuChipUnhealthy", "npu_chip_info_health_status == 0", f"{_CHIP} is not healthy",
           f"npu-smi reports the chip's health not OK: {_doctor('chip-health')}", severity="critical", for_="1m",
           runbook="chip-health"),
@@ -190,7 +194,7 @@ def latency_alerts(records: Sequence[InstanceRecord], factor: float = LATENCY_FA
                 f"{name}'s {what} p99 is over {factor:g}x its prediction",
                 f"the plan predicted {predicted_s * 1000:g} ms for {name}'s workload: compare `npuops bench "
                 f"{name}` with `npuops plan`; a slower node or a heavier workload than planned", for_="15m",
-                labels=label))
+                runbook=INSTANCE_PAGE, labels=label))
     return out
 
 
