@@ -53,13 +53,12 @@ def hardware_fractions(timing: StreamTiming, perf: PerfInputs, limits: Roofline,
     """The share of the hardware's peak the run reached (see the module's docstring). Figures that do not time
     the engine's steps (a burst with no engine histograms) give None rather than "2720% of the roofline"."""
     tpot_s, ttft_s = timing.tpot_ms / 1e3, timing.ttft_ms / 1e3
-    fastest_step_s = limits.busy_replicas * limits.batch / limits.decode_tokens_per_s
     prompt_flops = prefill_flops(perf.arch, perf.input_len, perf.input_len / 2)
     return {
         "memory": memory_of(perf), "bandwidth_bytes_per_s": limits.bandwidth_bytes_per_s,
         "bandwidth_source": bandwidth_source,
         "decode_roofline_tokens_per_s": round(limits.decode_tokens_per_s, 1),
-        "decode_fraction": round(fastest_step_s / tpot_s, 4) if timing.timed and tpot_s > 0 else None,
+        "decode_fraction": round(limits.fastest_step_s / tpot_s, 4) if timing.timed and tpot_s > 0 else None,
         "prefill_peak_flops_per_s": limits.prefill_flops_per_s,
         "prefill_fraction": round(prompt_flops / ttft_s / limits.prefill_flops_per_s, 4)
         if timing.timed and ttft_s > 0 else None,

@@ -205,7 +205,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     argv = bench_serve_argv(target.vllm, base_url=target.url, model_path=target.model_path,
                             served_model_name=target.served_model_name, load=load, result_dir=work)
     engines = _engine_urls(settings, target)
-    before = _scrape_engines(engines)
+    before = _scrape_engines(engines, target.api_key)
     started = time.monotonic()
     measured = run_bench_serve(argv, env=bench_environment(target.api_key), result_dir=work,
                                timeout_s=request.timeout_s,
@@ -223,7 +223,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
         "predicted": None, "ratios": None, "hardware_limit": None, "prediction_note": None,
         "baseline": None, "calibration": None,
     }
-    after = _scrape_engines(engines) if before is not None else None
+    after = _scrape_engines(engines, target.api_key) if before is not None else None
     report["prefix_cache"] = _prefix_cache_during(before, after, load)
     report["speculative"] = spec_decode_use(before, after) if before is not None and after else None
     engine = engine_latencies(before, after) if before is not None and after is not None else None
@@ -260,11 +260,12 @@ def _engine_urls(settings: Settings, target: BenchTarget) -> list[str]:
     return list(record.backends)
 
 
-def _scrape_engines(urls: list[str]) -> list[Sample] | None:
-    """Every engine's samples together (the histograms add up), or None when one of them does not answer."""
+def _scrape_engines(urls: list[str], api_key: str | None) -> list[Sample] | None:
+    """Every engine's samples together (the histograms add up), or None when one of them does not answer. The
+    instance's key goes along (its replicas share it), as it did when the bench scraped its endpoint alone."""
     samples: list[Sample] = []
     for url in urls:
-        scraped = scrape_metrics(url, timeout=10.0)
+        scraped = scrape_metrics(url, timeout=10.0, api_key=api_key)
         if scraped is None:
             return None
         samples += scraped

@@ -47,12 +47,6 @@ class StreamTiming:
         return float(getattr(self, f"{metric}_ms"))
 
 
-def _fastest_step_s(limits: Roofline, spec_tokens: int) -> float:
-    """The fastest decode step the memory bandwidth allows, per output token (a speculative step yields up to
-    1 + K tokens)."""
-    return limits.busy_replicas * limits.batch / limits.decode_tokens_per_s / (1 + spec_tokens)
-
-
 def choose_timing(measured: ServeFigures, engine: dict[str, EngineLatency] | None, limits: Roofline | None,
                   spec_tokens: int = 0) -> StreamTiming:
     """The figures that time the engine (see the module's docstring). Pure."""
@@ -66,7 +60,8 @@ def choose_timing(measured: ServeFigures, engine: dict[str, EngineLatency] | Non
                 "TTFT, TPOT and ITL are the engine's (means over the bench, from its /metrics)")
         return StreamTiming(ENGINE, engine["ttft"].mean_ms, engine_tpot, engine["itl"].mean_ms, True, note)
     if limits is not None:
-        fastest_ms = _fastest_step_s(limits, spec_tokens) * 1e3
+        # Per output token: a speculative step yields up to 1 + K tokens.
+        fastest_ms = limits.fastest_step_s / (1 + spec_tokens) * 1e3
         if client["tpot"] < fastest_ms:
             note = (f"median TPOT {client['tpot']:.2f} ms is below the fastest step the memory bandwidth allows "
                     f"({fastest_ms:.2f} ms): the stream delivered its tokens in bursts (the API server fell behind "

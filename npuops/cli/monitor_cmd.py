@@ -59,11 +59,9 @@ def render(ctx: click.Context, /, output: Path, node_exporter: str, npu_exporter
     if inventory is not None or group is not None:
         _render_group(settings, output, choices, inventory, group, forks, artifacts, as_json)
         return
-    from npuops.instance.record import list_records
-    from npuops.monitor.refresh import render_node, save_render, serving_records
+    from npuops.monitor.refresh import render_node, save_render
 
-    records = serving_records(list_records(settings.state_dir))
-    written = render_node(settings.state_dir, output, socket.gethostname(), choices)
+    written, records = render_node(settings.state_dir, output, socket.gethostname(), choices)
     save_render(settings.state_dir, output, choices)
     if as_json:
         click.echo(json.dumps({"ok": True, "output": str(output), "files": [str(p) for p in written],

@@ -66,10 +66,12 @@ def serving_records(records: Sequence[InstanceRecord]) -> list[InstanceRecord]:
     return kept
 
 
-def render_node(state_dir: Path, output: Path, host: str, choices: MonitorChoices) -> list[Path]:
-    """Render this node's monitoring into `output` (what `npuops monitor render` and every refresh write)."""
-    files = render_monitoring(serving_records(list_records(state_dir)), host, choices)
-    return write_monitoring(output, files)
+def render_node(state_dir: Path, output: Path, host: str, choices: MonitorChoices
+                ) -> tuple[list[Path], list[InstanceRecord]]:
+    """Render this node's monitoring into `output` (what `npuops monitor render` and every refresh write): the
+    files written, and the records watched."""
+    records = serving_records(list_records(state_dir))
+    return write_monitoring(output, render_monitoring(records, host, choices)), records
 
 
 def refresh_monitoring(state_dir: Path, host: str) -> str | None:

@@ -442,6 +442,11 @@ class Roofline:
     batch: float  # sequences per busy replica the decode roofline is for
     busy_replicas: float
 
+    @property
+    def fastest_step_s(self) -> float:
+        """The fastest decode step the bandwidth allows: a busy replica's batch over its share of the tokens/s."""
+        return self.busy_replicas * self.batch / self.decode_tokens_per_s
+
     def as_dict(self) -> dict[str, float]:
         return {"decode_tokens_per_s": round(self.decode_tokens_per_s, 1),
                 "prefill_flops_per_s": self.prefill_flops_per_s,
