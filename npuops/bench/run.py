@@ -43,8 +43,9 @@ from npuops.instance.bench_results import keep_bench
 from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.metrics import Sample, engine_latencies, prefix_cache_use, spec_decode_use
 from npuops.instance.record import InstanceRecord, load_record
-from npuops.plan.calibration import CalibrationChoice, CalibrationSample, CalibrationStore, HostBandwidth, stack_key
+from npuops.plan.calibration import CalibrationChoice, CalibrationSample, CalibrationStore, stack_key
 from npuops.plan.performance import PerfInputs, Roofline, predict, roofline
+from npuops.plan.request import host_memory_bandwidth
 from npuops.settings import Settings
 
 BASELINES = ("transformers",)
@@ -199,7 +200,7 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     store = CalibrationStore(settings.state_dir)
     choice = store.choose(target.record.hardware_label, stack) if target.record and perf else None
 
-    limits = _roofline(settings, store, perf, target, progress) if perf is not None else None
+    limits = _roofline(settings, perf, target, progress) if perf is not None else None
     progress(f"bench {target.label}: {load.describe()} with `vllm bench serve` ...")
     work = scratch_dir()
     argv = bench_serve_argv(target.vllm, base_url=target.url, model_path=target.model_path,
@@ -272,22 +273,15 @@ def _scrape_engines(urls: list[str], api_key: str | None) -> list[Sample] | None
     return samples if urls else None
 
 
-def _roofline(settings: Settings, store: CalibrationStore, perf: PerfInputs, target: BenchTarget,
+def _roofline(settings: Settings, perf: PerfInputs, target: BenchTarget,
               progress: Callable[[str], None]) -> tuple[Roofline, str]:
     """The roofline of the benched configuration and where its bandwidth comes from: an NPU's catalog HBM
     figure, or the CPU host's own memory bandwidth, measured by the first bench of the host and kept."""
     if perf.kind == "npu":
         return roofline(perf), "the chip's published HBM figure (npuops/data/chips.toml)"
-    from npuops.hardware.memory_bandwidth import measure_read_bandwidth
-
     assert target.record is not None  # a plan (perf) comes from an instance's record
-    label = target.record.hardware_label
-    kept = store.host_bandwidth(label)
-    if kept is None:
-        progress("measuring this host's memory bandwidth once (the CPU engine's roofline) ...")
-        measured = measure_read_bandwidth(perf.cpu_count or 1)
-        kept = HostBandwidth(measured.bytes_per_s, measured.method, time.time())
-        store.keep_host_bandwidth(label, kept)
+    kept = host_memory_bandwidth(settings, target.record.hardware_label, perf.cpu_count or 1, progress=progress)
+    assert kept is not None
     return roofline(replace(perf, bandwidth_bytes_per_s=kept.bytes_per_s)), kept.describe()
 
 

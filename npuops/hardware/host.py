@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from npuops.hardware.chips import HUAWEI_PCI_VENDOR_ID, chip_catalog
+from npuops.hardware.cpu_features import CpuFeatures, parse_cpu_features
 from npuops.hardware.probe import Probe
 from npuops.parsing import ParseError
 from npuops.wire import WireObject
@@ -197,6 +198,8 @@ class HostFacts:
     device_nodes: tuple[str, ...]  # names under /dev: davinciN and the control nodes present
     npu_pci_devices: tuple[PciDevice, ...]  # Huawei (0x19e5) PCI functions
     interfaces: tuple[NetInterface, ...] = ()  # network interfaces except loopback
+    # What the CPU computes fast (npuops/hardware/cpu_features.py); None from a sender older than it.
+    cpu: CpuFeatures | None = None
 
     @property
     def davinci_chips(self) -> tuple[int, ...]:
@@ -229,7 +232,18 @@ class HostFacts:
             device_nodes=host.texts("device_nodes"),
             npu_pci_devices=tuple(PciDevice.from_json(d) for d in host.objects("npu_pci_devices")),
             interfaces=tuple(NetInterface.from_json(i) for i in host.objects("interfaces")),
+            cpu=_cpu_from_json(host),
         )
+
+
+def _cpu_from_json(host: WireObject) -> CpuFeatures | None:
+    """The node model's `cpu` (its derived keys, native_bf16 and vector_isa, are not read back)."""
+    cpu = host.opt_obj("cpu")
+    if cpu is None:
+        return None
+    ghz = cpu.opt_number("ghz")
+    return CpuFeatures(frozenset(cpu.texts("flags")), max(1, cpu.integer("threads_per_core", 1)),
+                       float(ghz) if ghz is not None else None)
 
 
 def _read_cpu_list(probe: Probe, path: str) -> tuple[int, ...] | None:
@@ -307,4 +321,5 @@ def read_host_facts(probe: Probe) -> HostFacts:
         device_nodes=device_nodes,
         npu_pci_devices=tuple(pci),
         interfaces=read_net_interfaces(),
+        cpu=parse_cpu_features(cpuinfo),
     )

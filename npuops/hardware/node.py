@@ -296,6 +296,7 @@ def _host_json(host: HostFacts) -> dict[str, Any]:
     data["davinci_chips"] = list(host.davinci_chips)
     data["npu_pci_devices"] = [dataclasses.asdict(d) for d in host.npu_pci_devices]
     data["interfaces"] = [{"name": i.name, "ipv4": list(i.ipv4), "up": i.up} for i in host.interfaces]
+    data["cpu"] = host.cpu.to_json() if host.cpu is not None else None
     return data
 
 

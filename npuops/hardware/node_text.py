@@ -66,6 +66,11 @@ def render_node_text(node: Node) -> str:
     out.append("\nHost:")
     out.append(f"  CPU       {host.cpu_model or '?'}, {host.cpu_count} CPUs, allowed {len(host.allowed_cpus)} "
                f"({compact_cpu_list(host.allowed_cpus)})")
+    if host.cpu is not None:
+        cpu = host.cpu
+        clock = f", {cpu.ghz:g} GHz" if cpu.ghz else ""
+        bf16 = f"bfloat16 native ({cpu.native_bf16})" if cpu.native_bf16 else "no native bfloat16"
+        out.append(f"  math      {cpu.vector_isa}, {bf16}, {cpu.threads_per_core} thread(s) per core{clock}")
     if host.numa_nodes:
         out.append("  NUMA      " + "; ".join(f"node{n.node_id}: {compact_cpu_list(n.cpus)}" for n in host.numa_nodes))
     out.append(f"  memory    {human_bytes(host.memory_total_bytes)} total, "

@@ -37,6 +37,11 @@ class PerfConstants:
     pp_send_us: float
     host_us_per_seq: float
     cpu_flops_per_core: float
+    cpu_flops_per_cycle_float32: dict[str, float]
+    cpu_flops_per_cycle_bfloat16: dict[str, float]
+    cpu_emulated_bfloat16_factor: float
+    cpu_default_ghz: float
+    cpu_compiled_us_per_layer: float
     cpu_memory_bandwidth_bytes_per_s: float
     cpu_us_per_layer: float
     cpu_host_us_per_seq: float
@@ -83,6 +88,11 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         pp_send_us=float(raw["pp_send_us"]),
         host_us_per_seq=float(raw["host_us_per_seq"]),
         cpu_flops_per_core=float(cpu["flops_per_core"]),
+        cpu_flops_per_cycle_float32={str(k): float(v) for k, v in cpu["flops_per_cycle_float32"].items()},
+        cpu_flops_per_cycle_bfloat16={str(k): float(v) for k, v in cpu["flops_per_cycle_bfloat16"].items()},
+        cpu_emulated_bfloat16_factor=float(cpu["emulated_bfloat16_factor"]),
+        cpu_default_ghz=float(cpu["default_ghz"]),
+        cpu_compiled_us_per_layer=float(cpu["compiled_us_per_layer"]),
         cpu_memory_bandwidth_bytes_per_s=float(cpu["memory_bandwidth_bytes_per_s"]),
         cpu_us_per_layer=float(cpu["us_per_layer"]),
         cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),

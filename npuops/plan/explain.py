@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+from npuops.plan.constants import perf_constants
 from npuops.plan.environment import MOE_EP_HCCL_BUFFSIZE_MB, feature_available
 from npuops.plan.layout import MAX_CAPTURE_SIZE
 from npuops.plan.memory import max_concurrency
+from npuops.plan.performance import cpu_peak
 from npuops.plan.quantization import kv_cache_schemes, schemes
 from npuops.plan.result import Explanation, Plan
 from npuops.textout import human_bytes
@@ -134,6 +136,24 @@ def _router(plan: Plan) -> Iterator[Explanation]:
                       f"{router.why}")
 
 
+def _cpu_rates(plan: Plan) -> Iterator[Explanation]:
+    """What the CPU engine's prediction starts from: its peak rate from the CPU's facts and its memory bandwidth."""
+    target = plan.target
+    if target.kind != "cpu":
+        return
+    c = perf_constants()
+    peak = cpu_peak(target.cpu_features, target.cpu_count or 1, str(plan.server.dtype), c)
+    flops = peak.flops_per_s if peak is not None else (target.cpu_count or 1) * c.cpu_flops_per_core
+    bandwidth = target.bandwidth_bytes_per_s or c.cpu_memory_bandwidth_bytes_per_s
+    compute = (f"{peak.describe()}, of which prefill reaches {c.prefill_mfu:g} and batched decode "
+               f"{c.decode_mfu:g}" if peak is not None else
+               f"{c.cpu_flops_per_core / 1e9:g} GFLOP/s a CPU (the node model names no CPU flags)")
+    memory = ("the bandwidth measured once on this host and kept" if target.bandwidth_bytes_per_s else
+              "the bandwidth is the shared constant (nothing measured is kept for this host)")
+    yield Explanation("performance.cpu_rates", f"{flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s",
+                      f"{compute}; {memory}")
+
+
 def _calibration(plan: Plan) -> Iterator[Explanation]:
     applied = plan.calibration.applied
     yield Explanation("calibration", "applied" if applied is not None else "none", plan.calibration.why)
@@ -234,9 +254,13 @@ def _batching_and_memory(plan: Plan) -> Iterator[Explanation]:
 def _graphs(plan: Plan) -> Iterator[Explanation]:
     mode = plan.graph_mode
     if mode == "cpu_compiled":
-        yield Explanation("enforce_eager", False, "pipeline stages on the CPU engine need its compile warm-up: in "
-                          "eager mode the first request fails (the tensors passed between stages are only created by "
-                          "the warm-up run)")
+        why = ("vLLM's CPU engine compiles the model (torch.compile, inductor): fused kernels and less Python in "
+               "every step, for a longer first start (the compiled graph is kept in VLLM_CACHE_ROOT for the next); "
+               "--enforce-eager starts fast and runs slower")
+        if plan.layout.pp > 1:
+            why += ("; pipeline stages need the compile warm-up anyway: in eager mode the first request fails (the "
+                    "tensors passed between stages are only created by the warm-up run)")
+        yield Explanation("enforce_eager", False, why)
     elif mode == "full_decode_only":
         config = plan.server.compilation_config or {}
         sizes = config.get("cudagraph_capture_sizes") or []
@@ -258,7 +282,8 @@ def _graphs(plan: Plan) -> Iterator[Explanation]:
                           f"vllm-ascend {plan.release} predates FULL_DECODE_ONLY; its default piecewise ACL graphs are "
                           "kept")
     else:
-        why = "as asked" if plan.options.fixed("enforce_eager") else plan.rules.eager_why(plan.release)
+        why = ("as asked: a fast start (nothing compiled), slower steps" if plan.target.kind == "cpu"
+               else "as asked") if plan.options.fixed("enforce_eager") else plan.rules.eager_why(plan.release)
         yield Explanation("enforce_eager", True, why)
 
 
@@ -356,7 +381,7 @@ def _drain(plan: Plan) -> Iterator[Explanation]:
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _remote_code, _speculative, _additional, _drain, _environment, _calibration,
+    _remote_code, _speculative, _additional, _drain, _environment, _cpu_rates, _calibration,
 )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from npuops.plan.inputs import Workload
 from npuops.plan.memory import MemoryBudget, max_concurrency
 from npuops.plan.model import ModelArch, ModelSpec, routed_weight_share
-from npuops.plan.performance import PerfInputs, predict
+from npuops.plan.performance import PerfInputs, cpu_peak_flops_per_s, predict
 from npuops.plan.quantization import expert_decode_factor, matmul_speedup
 from npuops.plan.speculative import SpeculativePlan
 from npuops.plan.target import HardwareTarget
@@ -121,7 +121,9 @@ def perf_inputs(model: ModelSpec, target: HardwareTarget, workload: Workload, s:
     return PerfInputs(
         arch=model.arch, kind=target.kind, tp=ev.layout.tp, pp=ev.layout.pp, replicas=ev.replicas,
         weight_bytes=s.weight_bytes, kv_bytes_per_token=ev.budget.kv_bytes_per_token, act_dtype_bytes=s.act_bytes,
-        flops_per_s=target.flops_per_s, bandwidth_bytes_per_s=target.bandwidth_bytes_per_s, mode=mode,
+        flops_per_s=target.flops_per_s or cpu_peak_flops_per_s(target.cpu_features, target.cpu_count or 1,
+                                                                "bfloat16" if s.act_bytes == 2 else "float32"),
+        bandwidth_bytes_per_s=target.bandwidth_bytes_per_s, mode=mode,
         input_len=workload.input_len, output_len=workload.output_len, concurrency=workload.concurrency,
         request_rate=workload.request_rate, max_num_seqs=max_num_seqs, kv_cache_tokens=ev.budget.kv_cache_tokens,
         cpu_count=target.cpu_count, max_num_batched_tokens=s.max_num_batched_tokens,

@@ -31,6 +31,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from npuops.hardware.cpu_features import CpuFeatures
 from npuops.plan.constants import PerfConstants, perf_constants
 from npuops.plan.model import ModelArch, count_parameters, routed_weight_share
 
@@ -163,10 +164,56 @@ def _device_rates(p: PerfInputs, c: PerfConstants) -> tuple[float, float]:
     return p.flops_per_s or 300e12, p.bandwidth_bytes_per_s or 1.6e12
 
 
+@dataclass(frozen=True)
+class CpuPeak:
+    """The CPU engine's peak rate in one dtype and what it is made of (perf_model.toml [performance.cpu])."""
+
+    cores: int
+    ghz: float
+    flops_per_cycle: float
+    unit: str  # the instructions that set flops_per_cycle: a native bfloat16 flag, a vector unit, "emulated ..."
+    clock_known: bool
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.cores * self.ghz * 1e9 * self.flops_per_cycle
+
+    def describe(self) -> str:
+        """How the peak is made, without the peak itself (which the caller shows once, where it belongs)."""
+        clock = f"{self.ghz:g} GHz" + ("" if self.clock_known else " (assumed: cpuinfo names no clock)")
+        cores = f"{self.cores} core{'s' * (self.cores != 1)}"
+        return f"{cores} x {clock} x {self.flops_per_cycle:g} FLOPs a cycle ({self.unit})"
+
+
+def cpu_peak(features: CpuFeatures | None, cpus: int, dtype: str, c: PerfConstants | None = None) -> CpuPeak | None:
+    """The CPU engine's peak in `dtype` on `cpus` allowed CPUs: cores (SMT siblings share one core's vector units)
+    x clock x FLOPs per cycle; None without CPU facts (the model then takes flops_per_core per CPU)."""
+    if features is None:
+        return None
+    c = c or perf_constants()
+    cores = max(1, cpus // max(1, features.threads_per_core))
+    vector = features.vector_isa
+    per_cycle, unit = c.cpu_flops_per_cycle_float32[vector], f"{vector}, float32"
+    if dtype != "float32":
+        native = features.native_bf16
+        if native:
+            per_cycle, unit = c.cpu_flops_per_cycle_bfloat16[native], f"{native}, bfloat16"
+        else:
+            per_cycle, unit = per_cycle * c.cpu_emulated_bfloat16_factor, f"{vector}, bfloat16 widened to float32"
+    return CpuPeak(cores, features.ghz or c.cpu_default_ghz, per_cycle, unit, features.ghz is not None)
+
+
+def cpu_peak_flops_per_s(features: CpuFeatures | None, cpus: int, dtype: str,
+                         c: PerfConstants | None = None) -> float | None:
+    peak = cpu_peak(features, cpus, dtype, c)
+    return peak.flops_per_s if peak is not None else None
+
+
 def step_overhead_s(arch: ModelArch, tp: int, pp: int, mode: str, kind: str, c: PerfConstants) -> float:
     """Host, launch and collective cost of one forward step, independent of the data moved."""
     if kind == "cpu":
-        return arch.num_layers * c.cpu_us_per_layer * 1e-6
+        per_layer = c.cpu_us_per_layer if mode == "eager" else c.cpu_compiled_us_per_layer
+        return arch.num_layers * per_layer * 1e-6
     per_layer_us = {
         "eager": c.eager_us_per_layer,
         "piecewise": c.piecewise_us_per_layer,
@@ -343,6 +390,14 @@ def _closed_loop_share(p: PerfInputs, slots: float) -> tuple[float, float, float
     return busy_replicas, per_replica, running, per_replica - running
 
 
+def _prefill_chunks(p: PerfInputs, prompts: float) -> int:
+    """The steps that prefill `prompts` prompts together under the step's token budget (1 without one)."""
+    tokens = max(prompts, 0.0) * p.input_len
+    if not p.max_num_batched_tokens or tokens <= p.max_num_batched_tokens:
+        return 1
+    return math.ceil(tokens / p.max_num_batched_tokens)
+
+
 def _predict_waves(p: PerfInputs, c: PerfConstants, factors: CalibrationFactors, slots: float) -> Prediction:
     """A closed loop of fixed-length requests: synchronized waves (module docstring)."""
     busy_replicas, _per_replica, running, queued = _closed_loop_share(p, slots)
@@ -358,8 +413,17 @@ def _predict_waves(p: PerfInputs, c: PerfConstants, factors: CalibrationFactors,
     # The medians: the middle request's overhead; from three running on the later requests' prefill; with two,
     # halfway between the first (early first token, its second waiting for the other prompt) and the second.
     later_share = min(max(running - 1.0, 0.0) / 2.0, 1.0)
-    ttft = overhead * (running + 1.0) / 2.0 + alone + together * later_share
-    tpot = step + (1.0 - later_share) * together / max(p.output_len - 1, 1)
+    # Prompts longer together than a step's token budget are prefilled in chunks, one step each, and a prompt's
+    # first token comes with the chunk that ends it: the middle request's after half the chunks, and its next
+    # tokens one per remaining chunk step before the lockstep decode (the small model on 2 cores, 15 x 512 prompt
+    # tokens in 2048-token chunks: median TTFT about half the wave's prefill, TPOT ~1.6x the lockstep step).
+    chunks = _prefill_chunks(p, running - 1.0)
+    done = math.ceil(chunks / 2) / chunks
+    decode = max(p.output_len - 1, 1)
+    ttft = overhead * (running + 1.0) / 2.0 + alone + together * later_share * done
+    during = min((1.0 - done) * chunks, decode)
+    tpot = (step * (decode - later_share * during) + later_share * (1.0 - done) * together
+            + (1.0 - later_share) * together) / decode
     if queued > 0:
         # Requests beyond the free slots wait for whole waves to finish.
         ttft += queued / running * wave

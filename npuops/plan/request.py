@@ -7,6 +7,9 @@ first host's node model instead, so a plan for a serving group is built the same
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from npuops.errors import EnvironmentMissingError
@@ -14,7 +17,7 @@ from npuops.hardware.host import HostFacts, read_host_facts
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import read_python_stack
-from npuops.plan.calibration import CalibrationChoice, CalibrationStore
+from npuops.plan.calibration import CalibrationChoice, CalibrationStore, HostBandwidth
 from npuops.plan.catalog import load_model
 from npuops.plan.disaggregation import DisaggregatedPlan, parse_pd, plan_disaggregated, plan_pools_over_hosts
 from npuops.plan.inputs import PlanRequest
@@ -27,7 +30,27 @@ from npuops.settings import Settings
 def host_target(host: HostFacts, nodes: int = 1) -> HardwareTarget:
     """The CPU engine's target from a host's facts: its RAM, the CPUs this process may use, its NUMA nodes."""
     return cpu_target(host.memory_total_bytes or 0, len(host.allowed_cpus) or host.cpu_count,
-                      max(1, len(host.numa_nodes)), nodes=nodes)
+                      max(1, len(host.numa_nodes)), nodes=nodes, features=host.cpu)
+
+
+def host_memory_bandwidth(settings: Settings, label: str, cpus: int, *, measure: bool = True,
+                          progress: Callable[[str], None] | None = None) -> HostBandwidth | None:
+    """This CPU host's memory bandwidth (the CPU engine's decode roofline): kept with the node's calibration under
+    the target's label, else measured now, once, and kept (where the state directory can be written; a plan by an
+    unprivileged user measures again next time). `measure` False: only what is kept (another host's target)."""
+    store = CalibrationStore(settings.state_dir)
+    kept = store.host_bandwidth(label)
+    if kept is not None or not measure:
+        return kept
+    from npuops.hardware.memory_bandwidth import measure_read_bandwidth
+
+    if progress is not None:
+        progress("measuring this host's memory bandwidth once (the CPU engine's roofline) ...")
+    measured = measure_read_bandwidth(cpus)
+    kept = HostBandwidth(measured.bytes_per_s, measured.method, time.time())
+    with contextlib.suppress(OSError):
+        store.keep_host_bandwidth(label, kept)
+    return kept
 
 
 def node_target(node: Node, nodes: int = 1, devices: str | None = None) -> HardwareTarget:
@@ -49,8 +72,11 @@ def resolve_target(settings: Settings, request: PlanRequest, *, node: Node | Non
     `host` stand for this machine's when given (a serving group's first host)."""
     hardware = request.hardware.strip().lower()
     if hardware == "cpu":
-        # Only the host's RAM and CPUs matter here: no vendor tool needs to run.
-        return host_target(host or read_host_facts(Probe(settings)), request.nodes)
+        # Only the host's RAM, CPUs and memory bandwidth matter here: no vendor tool needs to run. Another host's
+        # facts (a group's first host) get the bandwidth kept for hosts of its kind, else the shared constant.
+        target = host_target(host or read_host_facts(Probe(settings)), request.nodes)
+        bandwidth = host_memory_bandwidth(settings, target.label, target.cpu_count or 1, measure=host is None)
+        return replace(target, bandwidth_bytes_per_s=bandwidth.bytes_per_s) if bandwidth else target
     if hardware == "auto":
         return node_target(node or discover_node(Probe(settings)), request.nodes, request.devices)
     return parse_hardware_spec(request.hardware, nodes=request.nodes, devices=request.devices)

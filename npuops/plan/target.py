@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from npuops.errors import BadInputError
 from npuops.hardware.chips import ChipSpec, chip_by_name, chip_catalog
+from npuops.hardware.cpu_features import CpuFeatures
 from npuops.plan.inputs import MAX_NODES
 from npuops.ranges import parse_device_list
 
@@ -29,6 +30,9 @@ class HardwareTarget:
     cpu_count: int | None = None
     numa_nodes: int | None = None
     total_ram_bytes: int | None = None
+    # What the host's CPU computes fast (its flags, cores, clock): the CPU engine's dtype and peak rate; None where
+    # the node model did not say (an older sender).
+    cpu_features: CpuFeatures | None = None
 
     @property
     def family(self) -> str:
@@ -157,6 +161,7 @@ def cpu_target(
     nodes: int = 1,
     memory_bandwidth_bytes_per_s: float | None = None,
     flops_per_s: float | None = None,
+    features: CpuFeatures | None = None,
 ) -> HardwareTarget:
     """vLLM's CPU engine on this machine: it binds to one NUMA node, so one node's RAM is the device memory."""
     if total_ram_bytes <= 0 or cpu_count <= 0 or numa_nodes <= 0:
@@ -180,4 +185,5 @@ def cpu_target(
         cpu_count=cpu_count,
         numa_nodes=numa_nodes,
         total_ram_bytes=total_ram_bytes,
+        cpu_features=features,
     )

@@ -13,7 +13,7 @@ from npuops.bench.report import hardware_fractions, prediction_ratios, render_re
 from npuops.bench.serve_bench import BenchLoad, parse_serve_result
 from npuops.bench.timing import CLIENT, ENGINE, choose_timing
 from npuops.errors import BadInputError
-from npuops.hardware.memory_bandwidth import measure_read_bandwidth
+from npuops.hardware.memory_bandwidth import buffer_bytes_for, measure_read_bandwidth, parse_cache_size, thread_counts
 from npuops.instance.bench_results import bench_headline, render_bench_headline
 from npuops.instance.metrics import EngineLatency, engine_latencies, parse_prometheus
 from npuops.plan.calibration import CalibrationSample, CalibrationStore, HostBandwidth, stack_key
@@ -21,7 +21,9 @@ from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.performance import predict, roofline
 from npuops.plan.planner import make_plan
+from npuops.plan.request import host_memory_bandwidth
 from npuops.plan.target import cpu_target, parse_hardware_spec
+from npuops.settings import Settings
 from tests.support.paths import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -169,3 +171,29 @@ def test_the_hosts_read_bandwidth_is_measured() -> None:
     measured = measure_read_bandwidth(2, buffer_bytes=16 * 2**20)
     assert measured.bytes_per_s > 1e8 and measured.threads in (1, 2)
     assert measured.method.startswith("memchr, ") and "16 MiB" in measured.method
+
+
+def test_the_measurement_sizes_its_buffers_from_the_cache_and_bounds_what_it_holds() -> None:
+    assert parse_cache_size("32768K\n") == 32 * 2**20 and parse_cache_size("105M") == 105 * 2**20
+    assert parse_cache_size("") is None and parse_cache_size("lots") is None
+    # Twice the last-level cache, within [64 MiB, 1 GiB]; unknown: 256 MiB.
+    assert buffer_bytes_for(32 * 2**20) == 64 * 2**20 and buffer_bytes_for(105 * 2**20) == 210 * 2**20
+    assert buffer_bytes_for(4 * 2**20) == 64 * 2**20 and buffer_bytes_for(2**31) == 2**30
+    assert buffer_bytes_for(None) == 256 * 2**20
+    assert thread_counts(1, 64 * 2**20) == [1] and thread_counts(2, 64 * 2**20) == [1, 2]
+    assert thread_counts(12, 64 * 2**20) == [1, 2, 4, 8, 12]
+    # 192 cores of 256 MiB buffers would hold 48 GiB: at most 4 GiB at once.
+    assert thread_counts(192, 256 * 2**20) == [1, 2, 4, 8, 16]
+
+
+def test_a_cpu_plan_measures_the_hosts_bandwidth_once_and_keeps_it(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path / "state")
+    label = "cpu (2 CPUs, 8 GiB RAM, 1 NUMA)"
+    progress: list[str] = []
+    first = host_memory_bandwidth(settings, label, 2, progress=progress.append)
+    assert first is not None and first.bytes_per_s > 1e8 and progress == [
+        "measuring this host's memory bandwidth once (the CPU engine's roofline) ..."]
+    again = host_memory_bandwidth(settings, label, 2, progress=progress.append)
+    assert again == first and len(progress) == 1  # kept: not measured again
+    # Another host's target only takes what is kept for its kind.
+    assert host_memory_bandwidth(settings, "cpu (64 CPUs, 512 GiB RAM, 2 NUMA)", 64, measure=False) is None

@@ -27,8 +27,9 @@ WORKLOAD = Workload(512, 128, concurrency=16)
 # What a Python repr looks like in text: None/True/False as words, a dict or list with quoted keys (not a value's
 # own spelling: PYTORCH_NPU_ALLOC_CONF=expandable_segments:True is typed so).
 REPR = re.compile(r"(?<![:\w])(?:None|True|False)\b|\{'|\['")
-# A size in decimal units ("26.0 GB") beside binary ones ("24.2 GiB") reads as two different values.
-DECIMAL_SIZE = re.compile(r"\d\s?[KMGT]B\b")
+# A size in decimal units ("26.0 GB") beside binary ones ("24.2 GiB") reads as two different values (a rate, GB/s,
+# is a bandwidth's own unit).
+DECIMAL_SIZE = re.compile(r"\d\s?[KMGT]B\b(?!/s)")
 
 
 def _plans() -> list[tuple[str, str, Plan | BadInputError]]:
