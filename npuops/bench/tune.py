@@ -1,8 +1,10 @@
 """`npuops tune`: a guided search for the highest throughput within latency SLOs, every trial a real engine.
 
 The space is vLLM's batching knobs around the workload — `max_num_seqs` the plan's and from a quarter of the
-concurrency to twice it, `max_num_batched_tokens` from an eighth of the plan's to the plan's — and, on NPUs,
-`gpu_memory_utilization` and the TP/replica split where the chips allow. Each candidate is planned (the planner
+concurrency to twice it, `max_num_batched_tokens` from an eighth of the plan's to the plan's — the dtype and
+eager/compiled where the target runs both and the operator fixed neither (the CPU engine: bfloat16 or float32,
+torch.compile or eager; A2/A3: graphs or eager) and, on NPUs, `gpu_memory_utilization` and the TP/replica split
+where the chips allow. Each candidate is planned (the planner
 still checks that it fits) and predicted by the performance model, calibrated by this node's benches.
 
 The search starts from the plan's own configuration, then always runs the untried candidate with the best expected
@@ -44,6 +46,8 @@ from npuops.plan.target import HardwareTarget
 from npuops.settings import Settings
 
 PHASES = ("launch", "healthy", "bench", "stop")
+# The dtypes the CPU engine computes in (float16 is planned as bfloat16 there).
+CPU_DTYPES = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,20 @@ def _around(value: int, factors: tuple[float, ...], low: int, high: int) -> list
     return sorted({min(high, max(low, round(value * f))) for f in factors})
 
 
+def _mode_axes(plan: Plan) -> list[list[tuple[str, Any]]]:
+    """The dtype and eager/compiled axes, where the target runs both and the operator fixed neither: the CPU engine
+    computes in bfloat16 or float32 and compiles or not; an Ascend family with graph capture (A2, A3 on a release
+    that has it) runs graphs or eager (its dtypes, bfloat16 and float16, run at the same rate: not searched)."""
+    axes: list[list[tuple[str, Any]]] = []
+    options = plan.options
+    if plan.target.kind == "cpu" and options.fixed("dtype") is None:
+        axes.append([("dtype", d) for d in CPU_DTYPES])
+    graphs = plan.target.kind == "cpu" or plan.rules.graph_mode(plan.release, eager=False) != "eager"
+    if graphs and options.fixed("enforce_eager") is None:
+        axes.append([("enforce_eager", e) for e in (False, True)])
+    return axes
+
+
 def search_space(plan: Plan) -> list[Candidate]:
     """The candidates around the plan (its own configuration first)."""
     s = plan.server
@@ -126,7 +144,7 @@ def search_space(plan: Plan) -> list[Candidate]:
     batched_plan = int(s.max_num_batched_tokens or 2048)
     batched = _around(batched_plan, (0.125, 0.25, 0.5, 1.0), 1, batched_plan)
     axes: list[list[tuple[str, Any]]] = [[("max_num_seqs", n) for n in seqs],
-                                         [("max_num_batched_tokens", b) for b in batched]]
+                                         [("max_num_batched_tokens", b) for b in batched], *_mode_axes(plan)]
     if plan.target.kind == "npu":
         axes.append([("gpu_memory_utilization", u) for u in (0.85, 0.9, 0.95)])
         chips = plan.target.devices_per_node
@@ -138,8 +156,9 @@ def search_space(plan: Plan) -> list[Candidate]:
         points = [(*p, choice) for p in points for choice in axis]
     # vLLM refuses a step budget below the sequences it may schedule.
     valid = [Candidate(p) for p in points if dict(p)["max_num_batched_tokens"] >= dict(p)["max_num_seqs"]]
-    own = {"max_num_seqs": seqs_cap, "max_num_batched_tokens": batched_plan}
-    valid.sort(key=lambda c: 0 if all(c.fixed.get(k) == v for k, v in own.items()) else 1)
+    own = {"max_num_seqs": seqs_cap, "max_num_batched_tokens": batched_plan, "dtype": s.dtype,
+           "enforce_eager": plan.graph_mode == "eager"}
+    valid.sort(key=lambda c: 0 if all(c.fixed.get(k, v) == v for k, v in own.items()) else 1)
     return valid
 
 
@@ -158,8 +177,16 @@ def _predict(settings: Settings, request: PlanRequest, model: ModelSpec, target:
 
 
 def _distance(a: Candidate, b: Candidate) -> float:
-    return math.sqrt(sum(math.log(float(a.fixed[k]) / float(b.fixed[k])) ** 2 for k in a.fixed
-                         if isinstance(a.fixed[k], (int, float)) and float(b.fixed.get(k) or 0) > 0))
+    """How far apart two candidates are: the log ratio of each number, and a whole step for each choice that differs
+    (a dtype, eager or compiled), so a trial with the same dtype and mode corrects a prediction before one without."""
+    total = 0.0
+    for key, value in a.fixed.items():
+        other = b.fixed.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            total += 0.0 if value == other else 1.0
+        elif isinstance(other, (int, float)) and not isinstance(other, bool) and other > 0 and value > 0:
+            total += math.log(float(value) / float(other)) ** 2
+    return math.sqrt(total)
 
 
 def expected(candidate: Candidate, predicted: dict[str, float], tried: list[Trial], slo: Slo) -> tuple[int, float]:

@@ -42,6 +42,7 @@ class PerfConstants:
     cpu_emulated_bfloat16_factor: float
     cpu_default_ghz: float
     cpu_compiled_us_per_layer: float
+    cpu_eager_bfloat16_us_per_layer: float
     cpu_memory_bandwidth_bytes_per_s: float
     cpu_us_per_layer: float
     cpu_host_us_per_seq: float
@@ -93,6 +94,7 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         cpu_emulated_bfloat16_factor=float(cpu["emulated_bfloat16_factor"]),
         cpu_default_ghz=float(cpu["default_ghz"]),
         cpu_compiled_us_per_layer=float(cpu["compiled_us_per_layer"]),
+        cpu_eager_bfloat16_us_per_layer=float(cpu["eager_bfloat16_us_per_layer"]),
         cpu_memory_bandwidth_bytes_per_s=float(cpu["memory_bandwidth_bytes_per_s"]),
         cpu_us_per_layer=float(cpu["us_per_layer"]),
         cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),

@@ -209,10 +209,15 @@ def cpu_peak_flops_per_s(features: CpuFeatures | None, cpus: int, dtype: str,
     return peak.flops_per_s if peak is not None else None
 
 
-def step_overhead_s(arch: ModelArch, tp: int, pp: int, mode: str, kind: str, c: PerfConstants) -> float:
-    """Host, launch and collective cost of one forward step, independent of the data moved."""
+def step_overhead_s(arch: ModelArch, tp: int, pp: int, mode: str, kind: str, c: PerfConstants,
+                    act_dtype_bytes: float = 2.0) -> float:
+    """Host, launch and collective cost of one forward step, independent of the data moved (on the CPU engine eager
+    bfloat16 also runs the casts around each operator that compilation fuses away)."""
     if kind == "cpu":
-        per_layer = c.cpu_us_per_layer if mode == "eager" else c.cpu_compiled_us_per_layer
+        if mode != "eager":
+            per_layer = c.cpu_compiled_us_per_layer
+        else:
+            per_layer = c.cpu_us_per_layer if act_dtype_bytes >= 4 else c.cpu_eager_bfloat16_us_per_layer
         return arch.num_layers * per_layer * 1e-6
     per_layer_us = {
         "eager": c.eager_us_per_layer,
@@ -324,7 +329,7 @@ def _draft_s(p: PerfInputs, batch: float, c: PerfConstants) -> float:
     if p.draft_layers <= 0:
         return host
     flops, bandwidth = _device_rates(p, c)
-    per_layer = step_overhead_s(p.arch, p.tp, 1, p.mode, p.kind, c) / max(p.arch.num_layers, 1)
+    per_layer = step_overhead_s(p.arch, p.tp, 1, p.mode, p.kind, c, p.act_dtype_bytes) / max(p.arch.num_layers, 1)
     forwards, tokens = (1, p.spec_tokens) if p.draft_parallel else (p.spec_tokens, 1)
     memory = p.draft_weight_bytes / p.tp / (bandwidth * c.bandwidth_efficiency)
     compute = 2.0 * p.draft_weight_bytes / p.act_dtype_bytes * batch * tokens / (p.tp * flops * c.decode_mfu)
@@ -352,7 +357,7 @@ def _verify_step_s(p: PerfInputs, batch: float, c: PerfConstants, interleave: bo
                   + _prefill_token_work_s(p, interleaved_tokens, c))
     # The host schedules, samples and detokenizes every running sequence each step.
     per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
-    overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c) + batch * per_seq_us * 1e-6
+    overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c, p.act_dtype_bytes) + batch * per_seq_us * 1e-6
     bound = "memory" if memory_s >= compute_s else "compute"
     return overhead_s + max(memory_s, compute_s), bound
 
@@ -367,7 +372,7 @@ def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
     memory = p.pp * _weights_read_per_step(p, tokens) / (bandwidth * c.bandwidth_efficiency)
     # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
     mode = "eager" if p.mode == "full_decode_only" else p.mode
-    return max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c)
+    return max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c, p.act_dtype_bytes)
 
 
 def _slots_per_replica(p: PerfInputs) -> float:

@@ -14,13 +14,16 @@ import pytest
 from npuops.bench.tune import Candidate, Slo, Trial, _stop_launcher, expected, search_space
 from npuops.bench.tuned import read_tuned, write_tuned
 from npuops.errors import BadInputError
+from npuops.hardware.cpu_features import parse_cpu_features
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, PlanRequest, Workload
 from npuops.plan.planner import make_plan
-from npuops.plan.target import parse_hardware_spec
+from npuops.plan.target import cpu_target, parse_hardware_spec
 from npuops.settings import Settings
 from tests.support.model_dirs import write_tiny_model
 from tests.support.paths import REPO
+
+CPUINFO = REPO / "tests" / "fixtures" / "cpuinfo"
 
 
 def test_the_space_starts_from_the_plan_and_keeps_batches_above_sequences() -> None:
@@ -34,6 +37,42 @@ def test_the_space_starts_from_the_plan_and_keeps_batches_above_sequences() -> N
     assert {c.fixed["gpu_memory_utilization"] for c in space} == {0.85, 0.9, 0.95}
     assert {c.fixed["tensor_parallel_size"] for c in space} >= {plan.layout.tp, 8}
     assert {4, 8, 16, 32} <= {c.fixed["max_num_seqs"] for c in space}
+
+
+def test_the_space_searches_dtype_and_compilation_where_the_target_runs_both(tmp_path: Path) -> None:
+    model = load_model(str(write_tiny_model(tmp_path / "tiny")))
+    epyc = parse_cpu_features((CPUINFO / "amd-epyc-kvm-avx512bf16-test-machine.txt").read_text())
+    cpu = cpu_target(16 * 2**30, 2, 1, features=epyc)
+    plan = make_plan(model, cpu, Workload(128, 32, concurrency=8), PlanOptions())
+    space = search_space(plan)
+    # The plan's own configuration first: bfloat16 (avx512_bf16), compiled.
+    assert space[0].fixed["dtype"] == "bfloat16" and space[0].fixed["enforce_eager"] is False
+    assert {(c.fixed["dtype"], c.fixed["enforce_eager"]) for c in space} == {
+        ("bfloat16", False), ("bfloat16", True), ("float32", False), ("float32", True)}
+    # What the operator fixed is not searched.
+    fixed = search_space(make_plan(model, cpu, Workload(128, 32, concurrency=8),
+                                   PlanOptions(dtype="float32", enforce_eager=True)))
+    assert all("dtype" not in c.fixed and "enforce_eager" not in c.fixed for c in fixed)
+    assert len(space) == 4 * len(fixed)
+    # A2 captures graphs on the default release, so it also runs eager; 310P only runs eager; NPU dtypes run alike.
+    a2 = search_space(make_plan(load_model("qwen3-8b"), parse_hardware_spec("910B3x8"), Workload(concurrency=16)))
+    assert {c.fixed["enforce_eager"] for c in a2} == {False, True} and all("dtype" not in c.fixed for c in a2)
+    p310 = search_space(make_plan(load_model("qwen2.5-7b-instruct"), parse_hardware_spec("310P3x4"),
+                                  Workload(concurrency=4)))
+    assert all("enforce_eager" not in c.fixed for c in p310)
+
+
+def test_the_guide_corrects_by_a_trial_of_the_same_dtype_and_mode_first() -> None:
+    bf16 = Candidate((("max_num_seqs", 8), ("dtype", "bfloat16"), ("enforce_eager", False)))
+    fp32_near = Trial(Candidate((("max_num_seqs", 8), ("dtype", "float32"), ("enforce_eager", False))),
+                      {"output_tokens_per_s": 100.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0},
+                      measured={"output_tokens_per_s": 50.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0})
+    bf16_far = Trial(Candidate((("max_num_seqs", 16), ("dtype", "bfloat16"), ("enforce_eager", False))),
+                     {"output_tokens_per_s": 100.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0},
+                     measured={"output_tokens_per_s": 200.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0})
+    predicted = {"output_tokens_per_s": 100.0, "ttft_ms": 10.0, "tpot_ms": 1.0, "e2e_ms": 50.0}
+    # Twice the sequences is nearer than another dtype: the bfloat16 trial's 2x correction applies.
+    assert expected(bf16, predicted, [fp32_near, bf16_far], Slo()) == (1, 200.0)
 
 
 def test_the_guide_trusts_the_nearest_measurement_and_the_slo() -> None:
