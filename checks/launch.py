@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -162,6 +163,30 @@ def wait_for_ray_cluster(record: InstanceRecord, cluster: ClusterMembership, *, 
         f"on each of {missing}: `systemctl status {ray_unit}` and `journalctl -u {ray_unit}`; check that it reaches "
         f"{cluster.ray_address} (`npuops doctor -i INVENTORY --group {cluster.group}` checks the network between the "
         "hosts)", missing=list(state.missing), short=list(state.short), error=state.error, address=state.address)
+
+
+class CpuCompiler(InstanceCheck):
+    """A compiled CPU engine finds the C++ compiler torch.compile's inductor backend builds its kernels with."""
+
+    id = "cpu-compiler"
+
+    def check(self, record: InstanceRecord, ctx: CheckContext) -> Result:
+        """vLLM's CPU engine compiles unless --enforce-eager: inductor writes C++ and builds it with $CXX, else g++
+        (torch/_inductor/config.py cpp.cxx), found on the engine's PATH. Without one the engine fails at its
+        warm-up with InvalidCxxCompiler, after loading the weights; the gate says it before, with the two fixes."""
+        if record.target_kind != "cpu" or not record.graph_mode or not record.runs_engine:
+            return Result.skip(f"{record.name} is not a compiled CPU engine", "nothing to do: only torch.compile "
+                               "on the CPU engine builds C++", target=record.target_kind, compiled=record.graph_mode)
+        environ = ctx.settings.environ
+        compiler = environ.get("CXX") or "g++"
+        path = environ.get("PATH") or os.defpath
+        found = shutil.which(compiler, path=path)
+        if found is None:
+            return Result.fail(f"the CPU engine compiles its model (torch.compile) and needs a C++ compiler, but "
+                               f"{compiler} is not on its PATH", "install one (`apt-get install g++`, `dnf install "
+                               "gcc-c++`), or re-launch with --enforce-eager (eager: a fast start, slower steps)",
+                               compiler=compiler, path=path)
+        return Result.passed(f"torch.compile builds with {found}", compiler=found)
 
 
 class RayCluster(InstanceCheck):

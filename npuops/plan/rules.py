@@ -212,11 +212,14 @@ class CpuEngineRules(TargetRules):
     engine_per_host = True
 
     def dtype(self, model: ModelSpec, asked: str | None, warnings: list[str]) -> str:
+        own = self._own_dtype(model)
         if asked == "float16":
-            warnings.append("float16 on the CPU engine is slow or unsupported; planned bfloat16 instead")
-            asked = "bfloat16"
-        if asked:
-            return asked
+            # oneDNN has no float16 matmul on most CPUs: vLLM falls back to plain torch kernels.
+            warnings.append(f"float16 on the CPU engine is slow or unsupported; planned {own} instead")
+            return own
+        return asked or own
+
+    def _own_dtype(self, model: ModelSpec) -> str:
         features = self.target.cpu_features
         if features is None:
             # No flags to go by (a node model from an older npuops): the checkpoint's own width.
@@ -226,8 +229,12 @@ class CpuEngineRules(TargetRules):
     def dtype_why(self, dtype: str, asked: str | None, model: ModelSpec) -> tuple[str, str | None]:
         seed = None if dtype == "float16" else "the tested advice's float16 is not a CPU-engine dtype"
         features = self.target.cpu_features
-        if asked:
+        if asked == dtype:
             return f"{dtype} as asked (the vLLM CPU engine computes in float32 or bfloat16)", seed
+        if asked:
+            # float16 asked: the engine's own choice instead (the warning says so).
+            why, _ = self.dtype_why(dtype, None, model)
+            return f"float16 asked, which the CPU engine runs slowly or not at all; {why}", seed
         if features is None:
             return (f"{dtype} follows the checkpoint's {model.arch.torch_dtype}: the node model names no CPU flags "
                     "to choose by"), seed

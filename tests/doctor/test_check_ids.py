@@ -121,7 +121,7 @@ def test_select_by_tag_and_opt_in() -> None:
     default = {c.id for c in select_checks(checks, 3, None, None)}
     instance_checks = {c.id for c in checks if OPT_IN_TAGS & set(c.tags)}
     assert instance_checks == {"engine-executable", "model-directory", "port-free", "ray-cluster", "pd-kv-ports",
-                               "pd-mooncake", "pd-npu-nics"}
+                               "pd-mooncake", "pd-npu-nics", "cpu-compiler"}
     # A plain run (any level) leaves the opt-in checks out; --tag and --only reach them whatever their level.
     assert not default & instance_checks
     assert {c.id for c in select_checks(checks, 1, None, None, ["instance"])} == instance_checks

@@ -298,7 +298,7 @@ def test_doctor_lists_every_check_with_its_tags_and_page_and_selects_by_tag() ->
     assert tagged.returncode == 0, tagged.stderr
     checks = json.loads(tagged.stdout)["checks"]
     assert {c["id"] for c in checks} == {"engine-executable", "model-directory", "port-free", "ray-cluster",
-                                             "pd-kv-ports", "pd-mooncake", "pd-npu-nics"}
+                                             "pd-kv-ports", "pd-mooncake", "pd-npu-nics", "cpu-compiler"}
     assert all(c["status"] == "skip" and "--preflight" in c["remediation"] for c in checks)
     bad = _doctor("--tag", "gaet")
     assert bad.returncode == 3 and bad.stderr.count("\n") == 1 and "gate-npu" in bad.stderr

@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 
 from npuops.checks import launch as launch_checks
+from npuops.doctor.context import CheckContext, DoctorOptions
 from npuops.doctor.model import Status
 from npuops.doctor.registry import discover_checks
+from npuops.hardware.probe import Probe
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState
 from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
@@ -140,7 +142,7 @@ def _launch_refused(tmp_path: Path, root: Path, systemctl: Path) -> None:
 
 # What the gate ran before its checks were selected by tag (its id lists then): the selection must not lose one.
 INSTANCE_CHECKS = {"engine-executable", "model-directory", "port-free", "ray-cluster", "pd-kv-ports", "pd-mooncake",
-                   "pd-npu-nics"}
+                   "pd-npu-nics", "cpu-compiler"}
 HOST_GATE = {"shm-size", "free-memory"} | INSTANCE_CHECKS
 NPU_GATE = HOST_GATE | {
     "driver-installed", "npu-smi-runs", "device-nodes", "chip-health", "chip-temperature", "hbm-free",
@@ -185,3 +187,23 @@ def test_the_gate_runs_exactly_the_checks_tagged_for_it(kind: str, role: str, cl
     # The instance's checks that do not apply to this part skip; the others give a verdict.
     assert {i for i in ("port-free", "ray-cluster") if status[i] is not Status.SKIP} == applies
     assert asked == ([membership] if "ray-cluster" in applies else [])
+
+
+@pytest.mark.parametrize(("kind", "compiled", "environ", "status"), [
+    ("cpu", True, {"PATH": "/usr/bin:/bin"}, Status.PASS),  # the test machine's g++ (the compiled engines use it)
+    ("cpu", True, {"PATH": "/nonexistent"}, Status.FAIL),
+    ("cpu", True, {"PATH": "/nonexistent", "CXX": "/bin/true"}, Status.PASS),  # $CXX wins, as inductor's own
+    ("cpu", False, {"PATH": "/nonexistent"}, Status.SKIP),  # eager: nothing to build
+    ("npu", True, {"PATH": "/nonexistent"}, Status.SKIP),
+], ids=["g++", "no-compiler", "cxx", "eager", "npu"])
+def test_a_compiled_cpu_engine_needs_a_cpp_compiler(kind: str, compiled: bool, environ: dict[str, str],
+                                                     status: Status, tmp_path: Path) -> None:
+    record = make_record(tmp_path / "state", target_kind=kind, graph_mode=compiled)
+    (check,) = [c for c in discover_checks() if c.id == "cpu-compiler"]
+    if status is Status.PASS and "CXX" not in environ and shutil.which("g++", path=environ["PATH"]) is None:
+        pytest.skip("no g++ in /usr/bin or /bin on this machine")
+    result = check().run(CheckContext(Probe(Settings(environ=environ)), DoctorOptions(instance=record)))
+    assert result.status is status, result.message
+    if status is Status.FAIL:
+        assert "g++ is not on its PATH" in result.message
+        assert "--enforce-eager" in str(result.remediation) and "apt-get install g++" in str(result.remediation)

@@ -74,3 +74,15 @@ def test_the_peak_rate_follows_cores_clock_and_the_dtypes_instructions() -> None
     # ARM's cpuinfo names no clock: the default one.
     assert cpu_peak_flops_per_s(recorded("kunpeng920.txt"), 4, "float32") == pytest.approx(4 * 2.5e9 * 16)
     assert cpu_peak_flops_per_s(None, 4, "float32") is None
+
+
+@pytest.mark.parametrize(("name", "own"), [("amd-epyc-kvm-avx512bf16-test-machine.txt", "bfloat16"),
+                                           ("kunpeng920.txt", "float32")])
+def test_float16_asked_on_the_cpu_gets_the_hosts_own_dtype_and_says_so(name: str, own: str,
+                                                                        tiny_model_dir: Path) -> None:
+    plan = make_plan(load_model(str(tiny_model_dir)), cpu_target(16 * 2**30, 8, 1, features=recorded(name)),
+                     Workload(128, 32), PlanOptions(dtype="float16"))
+    assert plan.server.dtype == own
+    assert f"planned {own} instead" in " ".join(plan.warnings)
+    why = {e.key: e.why for e in plan.explanations}["dtype"]
+    assert why.startswith("float16 asked, which the CPU engine runs slowly")
