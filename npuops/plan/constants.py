@@ -43,6 +43,7 @@ class PerfConstants:
     cpu_default_ghz: float
     cpu_compiled_us_per_layer: float
     cpu_eager_bfloat16_us_per_layer: float
+    cpu_request_overhead_ms: float
     cpu_memory_bandwidth_bytes_per_s: float
     cpu_us_per_layer: float
     cpu_host_us_per_seq: float
@@ -95,6 +96,7 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         cpu_default_ghz=float(cpu["default_ghz"]),
         cpu_compiled_us_per_layer=float(cpu["compiled_us_per_layer"]),
         cpu_eager_bfloat16_us_per_layer=float(cpu["eager_bfloat16_us_per_layer"]),
+        cpu_request_overhead_ms=float(cpu["request_overhead_ms"]),
         cpu_memory_bandwidth_bytes_per_s=float(cpu["memory_bandwidth_bytes_per_s"]),
         cpu_us_per_layer=float(cpu["us_per_layer"]),
         cpu_host_us_per_seq=float(cpu["host_us_per_seq"]),

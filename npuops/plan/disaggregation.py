@@ -42,6 +42,7 @@ from npuops.plan.performance import (
     decode_step_s,
     predict,
     prefill_s,
+    request_overhead_s,
 )
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
@@ -352,7 +353,7 @@ def predict_pd(prefill: PerfInputs, decode: PerfInputs, c: PerfConstants | None 
     Pure."""
     c = c or perf_constants()
     factors = factors or CalibrationFactors()
-    overhead = c.request_overhead_ms / 1e3 * factors.ttft
+    overhead = request_overhead_s(prefill.kind, c) * factors.ttft
     one_prompt = prefill_s(prefill, c) * factors.ttft
     move = transfer_s(decode, c)
     if recompute > 1:

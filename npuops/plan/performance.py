@@ -395,6 +395,11 @@ def _closed_loop_share(p: PerfInputs, slots: float) -> tuple[float, float, float
     return busy_replicas, per_replica, running, per_replica - running
 
 
+def request_overhead_s(kind: str, c: PerfConstants) -> float:
+    """A request's cost outside the model (HTTP, tokenizer, scheduling, detokenizer) on a host of `kind`."""
+    return (c.cpu_request_overhead_ms if kind == "cpu" else c.request_overhead_ms) / 1e3
+
+
 def _prefill_chunks(p: PerfInputs, prompts: float) -> int:
     """The steps that prefill `prompts` prompts together under the step's token budget (1 without one)."""
     tokens = max(prompts, 0.0) * p.input_len
@@ -407,7 +412,7 @@ def _predict_waves(p: PerfInputs, c: PerfConstants, factors: CalibrationFactors,
     """A closed loop of fixed-length requests: synchronized waves (module docstring)."""
     busy_replicas, _per_replica, running, queued = _closed_loop_share(p, slots)
     step, bound = decode_step_s(p, running, c, factors.step, interleave=False)
-    overhead = c.request_overhead_ms / 1e3 * factors.ttft
+    overhead = request_overhead_s(p.kind, c) * factors.ttft
     alone = prefill_s(p, c) * factors.ttft
     together = prefill_s(p, c, running - 1.0) * factors.ttft if running > 1 else 0.0
     # A wave's requests reach the API server together, which takes them in one after another: the k-th request's
@@ -473,7 +478,7 @@ def predict(p: PerfInputs, c: PerfConstants | None = None,
         busy_replicas, per_replica, running, queued = _closed_loop_share(p, slots)
         step, bound = decode_step_s(p, running, c, factors.step)
 
-    ttft = c.request_overhead_ms / 1e3 * factors.ttft + first
+    ttft = request_overhead_s(p.kind, c) * factors.ttft + first
     if running > 1:
         # A new prompt waits for the decode step in flight before its chunk is scheduled.
         ttft += step / 2
