@@ -233,7 +233,8 @@ def run_bench(settings: Settings, request: BenchRequest, progress: Callable[[str
     if perf is not None and perf.spec_tokens and spec and spec["draft_tokens"]:
         # Predict with the acceptance the engine measured on this load, not the method's default.
         perf = replace(perf, spec_acceptance=spec["acceptance_rate"])
-    timing = choose_timing(measured, engine, limits[0] if limits else None, perf.spec_tokens if perf else 0)
+    timing = choose_timing(measured, engine, limits[0] if limits else None, perf.spec_tokens if perf else 0,
+                           target.record.stream_interval if target.record else 1)
     report["timing"], report["stream_note"] = timing.as_dict(), timing.note
     report.update(_prediction_part(measured, timing, perf, limits, choice, target))
     if request.baseline is not None:

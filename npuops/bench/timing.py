@@ -10,6 +10,9 @@ Then TTFT, TPOT and ITL come from the engine (its mean over the bench, exact fro
 buckets are too coarse for a median), and the report says so. Without engine histograms (an endpoint that
 exports none) the only check left is the hardware's: a TPOT below the fastest step the memory bandwidth allows
 cannot be a decode step, and such a bench times nothing.
+
+An endpoint that streams N tokens a chunk (vLLM's --stream-interval N, which a plan sets where tokens come faster
+than a reader needs them) has the client time one gap per chunk: its ITL is that gap over N, a token's share.
 """
 
 from __future__ import annotations
@@ -48,9 +51,11 @@ class StreamTiming:
 
 
 def choose_timing(measured: ServeFigures, engine: dict[str, EngineLatency] | None, limits: Roofline | None,
-                  spec_tokens: int = 0) -> StreamTiming:
-    """The figures that time the engine (see the module's docstring). Pure."""
+                  spec_tokens: int = 0, stream_interval: int = 1) -> StreamTiming:
+    """The figures that time the engine (see the module's docstring). `stream_interval`: the tokens a streamed
+    chunk carries (vLLM's --stream-interval), so the client's gap between chunks spans that many steps. Pure."""
     client = {m: measured.latency[m].median_ms for m in TIMED}
+    client["itl"] /= max(stream_interval, 1)
     if engine is not None and all(m in engine for m in TIMED):
         engine_tpot = engine["tpot"].mean_ms
         if client["tpot"] >= BURST_SHARE * engine_tpot:

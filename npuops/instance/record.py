@@ -98,6 +98,8 @@ class InstanceRecord:
     graph_mode: bool
     api_key: bool = False  # whether the env file carries VLLM_API_KEY (the key itself is never here)
     dtype: str = ""  # the dtype the engine serves in (the plan's)
+    # Tokens a streaming client gets per chunk (vLLM's --stream-interval): a client's inter-chunk gap spans this many.
+    stream_interval: int = 1
     prediction: dict[str, Any] = field(default_factory=dict)
     # The plan's performance-model inputs (PerfInputs.to_json): `npuops bench` predicts this configuration from them.
     perf_inputs: dict[str, Any] = field(default_factory=dict)

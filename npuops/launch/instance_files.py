@@ -235,7 +235,8 @@ def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: Server
         stop_timeout_s=spec.stop_timeout_s + int(server.shutdown_timeout or 0),
         gpu_memory_utilization=float(server.gpu_memory_utilization or 0.9),
         graph_mode=not server.enforce_eager, api_key=bool(spec.api_key), dtype=str(server.dtype or ""),
-        prediction=dict(plan.prediction.as_dict()), perf_inputs=plan.perf.to_json(), role=extras.role,
+        stream_interval=int(server.stream_interval or 1), prediction=dict(plan.prediction.as_dict()),
+        perf_inputs=plan.perf.to_json(), role=extras.role,
         cluster=extras.cluster, draft_model_path=_draft_directory(server),
         service_user=spec.service_user if spec.manager == MANAGER_SYSTEMD else None,
         supervisor_command=tuple(spec.npuops_command) if spec.manager == MANAGER_SYSTEMD else ())

@@ -17,6 +17,7 @@ from npuops.plan.memory import max_concurrency
 from npuops.plan.performance import cpu_peak
 from npuops.plan.quantization import kv_cache_schemes, schemes
 from npuops.plan.result import Explanation, Plan
+from npuops.plan.streaming import MAX_STREAM_INTERVAL, STREAM_PERIOD_MS
 from npuops.textout import human_bytes
 
 # The advice the explanations compare against: claims 2-7 of docs/claims.md.
@@ -378,10 +379,31 @@ def _drain(plan: Plan) -> Iterator[Explanation]:
                           "[30, 600] s; --drain-timeout sets it")
 
 
+def _streaming(plan: Plan) -> Iterator[Explanation]:
+    interval = plan.server.stream_interval
+    if plan.options.fixed("stream_interval") is not None:
+        yield Explanation("stream_interval", interval, "as asked (--stream-interval)")
+    elif interval is None:
+        yield Explanation("stream_interval", None, f"vllm-ascend {plan.release}'s vLLM streams every token on its own "
+                          "(--stream-interval arrived with 0.13.0)")
+    elif interval == 1:
+        yield Explanation("stream_interval", 1, f"every token is streamed on its own: at the predicted TPOT "
+                          f"({plan.prediction.tpot_ms:.0f} ms) a token already takes {STREAM_PERIOD_MS:.0f} ms or more")
+    else:
+        yield Explanation("stream_interval", interval,
+                          f"a streaming client gets {interval} tokens a chunk, one chunk about every "
+                          f"{STREAM_PERIOD_MS:.0f} ms at the predicted TPOT ({plan.prediction.tpot_ms:.1f} ms): "
+                          "smooth to a reader, and the API server and client do a chunk's work (detokenize, JSON, "
+                          "write) once per chunk instead of per token, host time a busy engine's steps want; the "
+                          "first token still goes at once, and non-streaming requests are unchanged. "
+                          f"--stream-interval 1 sends every token" + (
+                              f" (capped at {MAX_STREAM_INTERVAL} tokens)" if interval == MAX_STREAM_INTERVAL else ""))
+
+
 # In the order `npuops plan` shows them: what runs, how it is split, how long and how many, memory, graphs, env.
 _SECTIONS: tuple[Callable[[Plan], Iterator[Explanation]], ...] = (
     _dtype, _block_size, _utilization, _parallelism, _router, _lengths, _batching_and_memory, _graphs, _quantization,
-    _remote_code, _speculative, _additional, _drain, _environment, _cpu_rates, _calibration,
+    _remote_code, _speculative, _additional, _drain, _streaming, _environment, _cpu_rates, _calibration,
 )
 
 

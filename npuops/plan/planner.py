@@ -32,6 +32,7 @@ from npuops.plan.router import plan_router
 from npuops.plan.rules import Replica, TargetRules, rules_for
 from npuops.plan.server_options import ServerOptions
 from npuops.plan.speculative import SpeculativePlan, capture_sizes_for, plan_speculative
+from npuops.plan.streaming import stream_interval
 from npuops.plan.target import HardwareTarget
 from npuops.textout import human_bytes
 
@@ -357,7 +358,8 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
         model=model, target=target, workload=workload, options=options, rules=rules,
         server=replace(_server_options(model, rules, s, dtype, layout, cluster, mode, max_model_len, max_num_seqs,
                                        moe_ep, spec, additional),
-                       shutdown_timeout=_drain_timeout(options, release, prediction)),
+                       shutdown_timeout=_drain_timeout(options, release, prediction),
+                       stream_interval=stream_interval(options, release, prediction)),
         release=release, graph_mode=mode, layout=layout, replica_count=chosen.replicas, replicas=replicas,
         router=plan_router(len(replicas), options.router_policy) if cluster is None else None,
         cluster=cluster, env_settings=env_settings, hccl_buffer=buffer, memory=chosen.budget,

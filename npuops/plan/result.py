@@ -103,6 +103,7 @@ class Plan:
             "max_model_len": s.max_model_len,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "max_num_seqs": s.max_num_seqs,
+            "stream_interval": s.stream_interval,
             "gpu_memory_utilization": s.gpu_memory_utilization,
             "kv_cache_memory_bytes": s.kv_cache_memory_bytes,
             "quantization": s.quantization,

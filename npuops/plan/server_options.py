@@ -95,6 +95,12 @@ class ServerOptions:
         "shutdown-timeout", limits=Limits(minimum=0, maximum=3600), omit_when=0,
         flag=UserFlag("drain-timeout", "Seconds a stopping engine lets the requests in flight finish (vLLM's "
                       "--shutdown-timeout; 0 aborts them) [default: from the workload's longest answer]."))
+    # Tokens sent to a streaming client per chunk (vLLM's --stream-interval, from vLLM 0.13): each chunk costs the API
+    # server and the client a detokenize, a JSON document and a write. npuops.plan.planner.stream_interval.
+    stream_interval: int | None = vllm_option(
+        "stream-interval", limits=_positive(256), omit_when=1,
+        flag=UserFlag("stream-interval", "Tokens sent to a streaming client per chunk (1: every token) [default: a "
+                      "chunk about every 50 ms at the predicted TPOT]."))
     distributed_executor_backend: str | None = vllm_option("distributed-executor-backend")
     trust_remote_code: bool | None = vllm_option("trust-remote-code")
     # Native data parallel over several nodes: set per node (ClusterPlan.node_changes), absent elsewhere.

@@ -72,6 +72,15 @@ def test_a_steady_stream_keeps_the_clients_figures() -> None:
     assert timing.tpot_ms == measured.latency["tpot"].median_ms and timing.ttft_ms == measured.latency["ttft"].median_ms
 
 
+def test_a_stream_in_chunks_of_n_tokens_has_the_client_time_one_gap_per_n() -> None:
+    """--stream-interval 4: the client's median gap between chunks spans four steps; TTFT and TPOT are unchanged."""
+    measured = parse_serve_result(RESULT.read_text())
+    timing = choose_timing(measured, None, None, stream_interval=4)
+    assert timing.itl_ms == pytest.approx(measured.latency["itl"].median_ms / 4)
+    assert timing.tpot_ms == measured.latency["tpot"].median_ms and timing.ttft_ms == measured.latency["ttft"].median_ms
+    assert choose_timing(measured, None, None).itl_ms == measured.latency["itl"].median_ms
+
+
 def test_a_stream_in_bursts_is_timed_by_the_engine_and_still_calibrates() -> None:
     """What the engine's figures contradict is a burst: a client TPOT of 0.00 ms beside the engine's 3.29 ms."""
     measured = parse_serve_result(_bursty(RESULT.read_text()))

@@ -277,7 +277,10 @@ def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instan
     # A stop drains: the answers streaming when `npuops stop` begins all finish, whole, and stop returns once
     # they have (the plan's drain timeout, vLLM's --shutdown-timeout, is 30 s here). Enough of them that the
     # engine is still generating when the stop begins (a few would be generated before their streams end).
-    assert "shutdown-timeout: 30" in (ws.state / "b" / "vllm.yaml").read_text()
+    config = (ws.state / "b" / "vllm.yaml").read_text()
+    assert "shutdown-timeout: 30" in config
+    # The tiny model's tokens come far faster than a reader needs: the plan streams them several a chunk.
+    interval = int(config.split("stream-interval: ", 1)[1].split()[0])
     engine_pgid = int(ws.supervisor_state("b")["engine_pid"])  # type: ignore[call-overload]
     streams = [StreamedAnswer(port, "sk-bench-key", f"stream {i} says", DRAIN_TOKENS) for i in range(DRAIN_STREAMS)]
     try:
@@ -291,6 +294,9 @@ def test_the_launch_reported_its_stages_served_the_plan_and_stops_cleanly(instan
         assert stopping.returncode == 0 and json.loads(stopping.stdout)["ok"], stopping.stdout + stopping.stderr
         for stream in streams:
             assert stream.whole(), (stream.error, stream.finish_reason, stream.completion_tokens)  # not cut
+            # vLLM honours the plan's --stream-interval: the first token alone, then `interval` a chunk, the
+            # usage chunk, and one to spare.
+            assert stream.chunks <= 1 + -(-(DRAIN_TOKENS - 1) // interval) + 2, (stream.chunks, interval)
             assert stream.ended_at is not None and stream.ended_at <= stop_returned
         assert instance.launcher.wait(timeout=60) == 0, progress[-2000:]
         said = (instance.root / "launch.err").read_text()
