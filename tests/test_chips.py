@@ -12,15 +12,20 @@ def test_catalog_facts_match_the_reference_table() -> None:
     assert cat["310P3"].bf16 is False and cat["310P3"].dtypes == ("float16",)
     assert cat["Ascend910"].family == "A3" and cat["Ascend910"].chips_per_npu == 2
     assert cat["910A"].vllm_ascend is False
+    assert cat["310B"].vllm_ascend is False and cat["310B"].family == "310B"
     for spec in cat.values():
-        assert spec.family in {"A1", "A2", "A3", "310P"}
+        assert spec.family in {"A1", "A2", "A3", "310P", "310B"}
         assert spec.memory_bytes > 0
+        # A chip vllm-ascend cannot serve carries its one-line reason; one it can serve has none.
+        refusal = spec.serving_refusal
+        assert (refusal is None) == spec.vllm_ascend
+        assert refusal is None or (refusal.startswith("vllm-ascend does not support") and "\n" not in refusal)
 
 
 @pytest.mark.parametrize(
     ("npu_smi_name", "family"),
     [("910B1", "A2"), ("910B2C", "A2"), ("910B3", "A2"), ("910B4", "A2"), ("Ascend910", "A3"),
-     ("310P3", "310P"), ("910ProB", "A1"), ("910b3", "A2")],
+     ("310P3", "310P"), ("910ProB", "A1"), ("910b3", "A2"), ("310B1", "310B"), ("310Pvir01", "310P")],
 )
 def test_every_name_seen_in_the_captures_is_known(npu_smi_name: str, family: str) -> None:
     spec = chip_by_name(npu_smi_name)

@@ -82,9 +82,10 @@ NOT_PRESET_MESSAGES = {
     "-gateway": "Get gateway failed, because no gateway was preset there!",
 }
 
-# Chip families whose chips carry no NPU NIC: the 300I Duo and other 310P inference cards talk over PCIe only, so
-# hccn_tool has nothing to ask them.
-NO_NIC_FAMILIES = frozenset({"310P"})
+# Chip families whose chips carry no NPU NIC: the 300I Duo and other 310P inference cards talk over PCIe only, and
+# the 310B is an SoC on a developer board (Atlas 200I A2) with the board's own Ethernet, so hccn_tool has nothing to
+# ask them.
+NO_NIC_FAMILIES = frozenset({"310P", "310B"})
 
 
 # ----------------------------------------------------------------------------------------------------------------

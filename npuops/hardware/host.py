@@ -293,7 +293,8 @@ def read_host_facts(probe: Probe) -> HostFacts:
         probe.glob("/dev", "davinci[0-9]*") + [n for n in CONTROL_DEVICE_NODES if probe.exists(f"/dev/{n}")]
     )
     # Huawei also makes NICs (vendor 0x19e5 too): keep only the device ids of NPUs in the chip catalog.
-    npu_device_ids = {spec.pci_device_id.lower() for spec in chip_catalog().values()}
+    # (An SoC board's chip, the 310B, has no PCI device id: "" in the catalog, never matched.)
+    npu_device_ids = {spec.pci_device_id.lower() for spec in chip_catalog().values() if spec.pci_device_id}
     pci: list[PciDevice] = []
     for address in probe.glob("/sys/bus/pci/devices", "*"):
         vendor = (probe.read_text(f"/sys/bus/pci/devices/{address}/vendor") or "").strip().lower()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npuops.datafiles import load_data_toml
+from npuops.hardware.chips import parse_vnpu_name
 from npuops.parsing import ParseError
 from npuops.wire import WireObject
 
@@ -49,6 +50,28 @@ class NpuSmiChip:
     memory_total_mb: int | None
     hbm_used_mb: int | None
     hbm_total_mb: int | None
+
+    @property
+    def pci_address(self) -> str | None:
+        """The PCI address in Bus-Id, or None where npu-smi prints "NA": an SoC board such as a 310B has none."""
+        return None if self.bus_id in _PLACEHOLDERS else self.bus_id
+
+    @property
+    def virtual(self) -> bool:
+        """Whether this is a hard-sliced vNPU ("310Pvir04"), a share of a chip rather than the whole chip."""
+        return parse_vnpu_name(self.name) is not None
+
+    @property
+    def vnpu_template(self) -> str | None:
+        """The vNPU template ("vir04") of a virtual NPU, else None."""
+        vnpu = parse_vnpu_name(self.name)
+        return None if vnpu is None else vnpu.template
+
+    @property
+    def vnpu_aicores(self) -> int | None:
+        """AI cores of the vNPU's template where known (310P vir01/vir02/vir04: 1/2/4), else None."""
+        vnpu = parse_vnpu_name(self.name)
+        return None if vnpu is None else vnpu.aicores
 
     @classmethod
     def from_json(cls, data: object) -> NpuSmiChip:
@@ -118,8 +141,9 @@ class NpuSmiFailed(ParseError):
         self.failure = failure
 
 
-# Seen as "dcmi module initialize failed. ret is -8005" and, for -8020, as
-# "dcmi model initialized failed, because the device is used. ret is -8020", so only the code part is matched.
+# Seen as "dcmi module initialize failed. ret is -8005", for -8020 as
+# "dcmi model initialized failed, because the device is used. ret is -8020", and, when DCMI starts but the board type
+# cannot be read, as "npu get board type failed. ret is -9005"; so only the code part is matched.
 _FAILURE_RE = re.compile(r"\bret\s+is\s+(-[0-9]{1,10})\b", re.IGNORECASE)
 
 

@@ -589,6 +589,6 @@ def rules_for(target: HardwareTarget) -> TargetRules:
         return CpuEngineRules(target, table["cpu"])
     chip = target.chip
     if chip.family not in table or not chip.vllm_ascend:
-        raise BadInputError(f"vllm-ascend does not support {chip.name} ({chip.family})",
+        raise BadInputError(chip.serving_refusal or f"npuops has no serving rules for {chip.name} ({chip.family})",
                             "plan for an A2 (910B), A3 or 310P node, or for --hardware cpu")
     return AscendRules(target, table[chip.family])

@@ -31,12 +31,14 @@ GOLDEN_DIR = REPO / "tests" / "golden" / "npu_smi"
 FIXTURES = sorted(ASCEND_FIXTURES.glob("npu-smi-info_*.txt"))
 # The glob must keep finding every main-table capture; a rename would otherwise drop one silently.
 EXPECTED_STEMS = {
+    "npu-smi-info_310b1_1",
     "npu-smi-info_310p3-300iduo_1",
     "npu-smi-info_310p3_1chip_v22_1",
     "npu-smi-info_310p3_1chip_v22_2",
     "npu-smi-info_310p3_1chip_v22_3",
     "npu-smi-info_310p3_1chip_v22_4",
     "npu-smi-info_310p3_1chip_v22_5",
+    "npu-smi-info_310pvir01_1",
     "npu-smi-info_910a_doc_1",
     "npu-smi-info_910b1_8dev_busy_elided_1",
     "npu-smi-info_910b1_8dev_elided_v23rc2_1",
@@ -263,7 +265,7 @@ def test_unknown_error_code_gets_generic_advice() -> None:
 
 def test_every_data_file_entry_is_complete() -> None:
     data = load_data_toml("npu_smi_errors.toml")
-    assert {"-8005", "-8020"} <= set(data["codes"])
+    assert {"-8005", "-8020", "-9005"} <= set(data["codes"])
     for entry in [data["unknown"], *data["codes"].values()]:
         assert entry["meaning"].strip()
         assert entry["remediation"].strip()

@@ -141,6 +141,15 @@ def test_bf16_never_on_chips_without_it() -> None:
         make_plan(load_model("qwen3-8b"), parse_hardware_spec("910Ax8"), Workload(256, 64))
 
 
+def test_a_family_vllm_ascend_cannot_serve_is_refused_with_its_reason() -> None:
+    """The 310B (Atlas 200I A2 boards) is a chip npu-smi shows but vllm-ascend has not planned for."""
+    with pytest.raises(BadInputError) as refused:
+        make_plan(load_model("qwen3-8b"), parse_hardware_spec("310B1x1"), Workload(256, 64))
+    assert refused.value.problem == ("vllm-ascend does not support Atlas 200I A2 boards (Ascend 310B): its FAQ lists "
+                                     "them as unplanned")
+    assert "--hardware cpu" in refused.value.fix
+
+
 def test_block_size_32_is_overridden_with_a_note() -> None:
     plan = make_plan(
         load_model("qwen3-8b"), parse_hardware_spec("910B3x8"), Workload(512, 128), PlanOptions(block_size=32)

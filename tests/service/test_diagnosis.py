@@ -90,6 +90,48 @@ SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
         "[DT_FLOAT16,DT_FLOAT,].",
     ),
     "hccl-buffsize": ("RuntimeError: HCCL_BUFFSIZE is too SMALL, maxBs = 256, h = 7168, epWorldSize = 16",),
+    # HCCL link and execution faults of multi-node instances (the issues and Huawei pages each `source` names).
+    "hccl-roce-cqe": (
+        "[rank11]:[E313 06:55:06.502248200 compiler_depend.ts:1693] [Rank 1] HCCL watchdog thread terminated with "
+        "exception: [PID: 335] 2026-03-13-06:55:06.896.485 Execution_Error_ROCE_CQE(EI0013): An error CQE occurred "
+        "during operator execution. Local information: server xx.xx.xx.199, device ID 3, device IP 10.20.13.9. Peer "
+        "information: server xx.xx.xx.195, device ID 3, device IP 10.20.13.5.",
+        "[PID: 3448331] 2025-12-04-21:59:08.232.310 Execution Error ROCE CQE(EI0013): An error CQE occurred during "
+        "operator execution. Local information: server 127.0.0.1, device ID 0, device IP 127.10.0.1. Peer "
+        "information: server 127.0.0.2, device ID 1, device IP 127.10.0.2.",
+        "[ERROR] ROCE(2040034,alltoall_test):2025-09-15-08:38:12.776.612 [hns_roce_lite.c:630]"
+        "hns_roce_lite_handle_error_cqe(630) : error cqe status: 0x15",
+    ),
+    "hccl-link-establish": (
+        "[ERROR] HCCL(106335,):2026-05-21-21:39:58.707.629 [hccl_socket_manager.cc:796] [128660][Wait][LinkEstablish]"
+        "wait socket establish timeout, role[0] rank[0] timeout[120 s]",
+        "[ERROR] HCCL(106335,):2026-05-21-21:39:58.707.637 [hccl_socket_manager.cc:622] [128660]   "
+        "_________________________LINK_ERROR_INFO___________________________",
+        "[ERROR] HCCL(80812,):2026-06-17-02:21:43.853.226 [detect_connect_anomalies.cc:126] [86231]"
+        "-------------------CONNECT TIMEOUT DETECT RESULT-----------------------",
+        "[ERROR] HCCL(80812,):2026-06-17-02:21:43.853.333 [transport_manager.cc:954] [86231][InitChannelStage]"
+        "[RunFailed]Transport init error! createLink para:rank[7]-localUserrank[7]-localIpAddr[80.5.5.39/7], "
+        "remoteRank[15]-remoteUserrank[15]-remoteIpAddr[80.5.5.67/7], machineType[0], linkMode[1], isUsedRdma[1], "
+        "tag[AllGather_group_name_119]",
+        "[rank1]: EI0009: [PID: 2225827] 2025-09-24-20:59:48.119.066 Transport init error. Reason: [Create][DestLink]"
+        "Create Dest error! createLink para:rank[1]-localUserrank[1]-localIpAddr[172.16.0.114], dst_rank[0]-"
+        "remoteUserrank[0]-remote_ip_addr[172.16.0.114]",
+    ),
+    "hccl-exec-timeout": (
+        "EI0002: [PID: 2969] 2025-10-11-15:09:34.713.335 The wait execution of the Notify register times out. Reason: "
+        "The Notify register has not received the Notify record from remote rank: [24]. base information: "
+        "[streamID:[109], taskID[38], taskType[Notify Wait], tag[AllReduce_group_name_1654NHRAllReduceComm_device], "
+        "AlgType(level 0-1-2):[ring-NHR-NHR].]. task information: [notify id:[0x0000000000000213], stage:[0], remote "
+        "rank:[24]]. group information: [group:[group_name_1654], user define information[Unspecified], "
+        "rankSize[32], rankId[25 24]]",
+        "EI9999: 2024-10-21-10:42:00.358.410  The error from device(chipId:3, dieId:0), serial number is 9, hccl "
+        "fftsplus task timeout occurred during task execution, stream_id:5, sq_id:5, task_id:38827, stuck notify "
+        "num:1, timeout:30min(default).[FUNC:ProcessStarsHcclFftsPlusTimeoutErrorInfo][FILE:device_error_proc.cc]"
+        "[LINE:1435]",
+        "[rank1]:[E324 13:00:25.428029551 compiler_depend.ts:574] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkHCCL(SeqNum=196, OpType=ALLREDUCE, Timeout(ms)=3600000) ran for 3600185 milliseconds before "
+        "timing out.",
+    ),
     "hccl-socket-timeout": (
         "EI0006: 2025-06-01-10:11:12.345.678 Getting socket times out. Reason: 1. The remote does not initiate a "
         "connect request.",
@@ -214,6 +256,38 @@ def test_a_real_permanent_failure_log_is_diagnosed_naming_what_to_fix(fixture: s
     assert diagnosis is not None and diagnosis.id == sig_id and diagnosis.permanent is True
     assert named in diagnosis.cause + diagnosis.fix
     assert "{" not in diagnosis.cause + diagnosis.fix, diagnosis
+
+
+@pytest.mark.parametrize(("fixture", "sig_id", "line_has", "named"), [
+    ("vllm-ascend-7384-hccl-roce-cqe.log", "hccl-roce-cqe", "Execution_Error_ROCE_CQE(EI0013)", "hccn-link"),
+    ("vllm-ascend-9447-hccl-link-establish.log", "hccl-link-establish", "wait socket establish timeout",
+     "HCCL_CONNECT_TIMEOUT in /var/lib/npuops/demo/npuops.env"),
+    ("vllm-ascend-3413-hccl-exec-timeout.log", "hccl-exec-timeout", "EI0002", "HCCL_EXEC_TIMEOUT in "
+     "/var/lib/npuops/demo/npuops.env"),
+])
+def test_a_real_multi_node_hccl_log_is_diagnosed_naming_what_to_fix(fixture: str, sig_id: str, line_has: str,
+                                                                    named: str) -> None:
+    """Excerpts of multi-node vllm-ascend logs from public issues (tests/fixtures/engine/SOURCE.md): a RoCE link that
+    failed while serving, links that could not be set up, a collective that never completed. A restart can cure each
+    once the cause is fixed, so none is permanent."""
+    lines = (ENGINE_FIXTURES / fixture).read_text(encoding="utf-8").splitlines()
+    diagnosis = diagnose(lines, FACTS)
+    assert diagnosis is not None and diagnosis.id == sig_id and diagnosis.permanent is False
+    assert line_has in diagnosis.line
+    assert named in diagnosis.fix
+    assert "{" not in diagnosis.cause + diagnosis.fix, diagnosis
+
+
+def test_a_link_fault_beats_the_timeouts_it_causes_on_other_ranks() -> None:
+    # A RoCE link failure leaves the other ranks in socket and collective timeouts; the link names what to fix.
+    order = [s.id for s in load_signatures()]
+    assert order.index("hccl-roce-cqe") < order.index("hccl-link-establish") < order.index("hccl-socket-timeout")
+    assert order.index("hccl-socket-timeout") < order.index("hccl-exec-timeout")
+    assert order.index("aicore-timeout") < order.index("hccl-exec-timeout")
+    log = [SIGNATURE_LINES["hccl-exec-timeout"][0], SIGNATURE_LINES["hccl-socket-timeout"][0],
+           SIGNATURE_LINES["hccl-roce-cqe"][0]]
+    diagnosis = diagnose(log, FACTS)
+    assert diagnosis is not None and diagnosis.id == "hccl-roce-cqe"
 
 
 def test_healthy_start_then_sigterm_is_not_a_failure() -> None:
