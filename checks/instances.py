@@ -31,12 +31,17 @@ def _problem(status: InstanceStatus) -> str | None:
         problems.append("failed" + (f": [{diagnosis.id}] {diagnosis.cause}" if diagnosis else ""))
     elif status.state == "unhealthy":
         problems.append("runs but does not answer /health")
+    elif status.state.startswith("degraded:"):
+        problems.append(status.state)  # a chip it runs on in Alarm or Critical, named by the supervisor
     return f"{status.name}: {'; '.join(problems)}" if problems else None
 
 
 def _fix(status: InstanceStatus) -> str:
     """The next step for one instance, by name and by how it runs (a unit, or a foreground supervisor). Pure."""
     name = status.name
+    if status.state.startswith("degraded:"):
+        return (f"`npuops doctor --only chip-health,chip-health-detail` reads the chip's alarm; launch {name} again "
+                "on the other chips (`--devices`), or reset or replace the chip")
     stopped = status.state in ("stopped", "stopping")
     if status.manager == "systemd":
         if stopped:

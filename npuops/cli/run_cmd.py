@@ -46,6 +46,7 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
         return
 
     from npuops.envfile import read_env_file
+    from npuops.service.gate import chip_watch
     from npuops.service.supervisor import Supervisor, SupervisorOptions
 
     overlay: dict[str, str] = {}
@@ -53,7 +54,8 @@ def run(ctx: click.Context, /, name: str, state_dir: Path | None, preflight: boo
     # read); run by hand, the supervisor reads it itself.
     if "INVOCATION_ID" not in os.environ and os.access(record.env_file, os.R_OK):
         overlay = read_env_file(record.env_file, f"re-create it with `npuops launch` ({record.name})")
-    supervisor = Supervisor(record, dict(os.environ), SupervisorOptions(env_overlay=overlay))
+    options = SupervisorOptions(env_overlay=overlay, chip_probe=chip_watch(record, settings))
+    supervisor = Supervisor(record, dict(os.environ), options)
     supervisor.install_signal_handlers()
     outcome = supervisor.run()
     sys.stdout.flush()

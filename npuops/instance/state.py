@@ -33,6 +33,7 @@ class Stage(str, enum.Enum):
     LISTENING = "listening"
     HEALTHY = "healthy"  # /health answered 200
     UNHEALTHY = "unhealthy"  # was healthy, /health stopped answering
+    DEGRADED = "degraded"  # answers /health, but a chip it runs on reports Alarm or Critical
     STOPPING = "stopping"
     EXITED = "exited"
 

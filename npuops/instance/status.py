@@ -185,7 +185,7 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
         if unit.sub_state == NO_ANSWER:
             return f"unknown ({NO_ANSWER} within the command timeout)"
         if active == "active" and healthy:
-            return "healthy"
+            return _serving(supervisor)
         if active == "activating" and unit.sub_state == "auto-restart":
             # Between a failed run and systemd's next try (RestartSec=): say why it failed, not "starting".
             return f"restarting (after {exit_info.reason})" if exit_info is not None else "restarting"
@@ -201,16 +201,24 @@ def summarize(record: InstanceRecord, unit: UnitState | None, supervisor: Superv
     # Foreground: the supervisor's own status file and whether it still runs.
     alive = supervisor is not None and exit_info is None and pid_alive(supervisor.supervisor_pid)
     if alive and healthy:
-        return "healthy"
+        return _serving(supervisor)
     if alive:
         if stage == "stopping":
             return _stopping(supervisor)
-        if stage in ("healthy", "unhealthy"):
+        if stage in ("healthy", "unhealthy", "degraded"):
             return "unhealthy"
         return f"starting ({stage})"
     if exit_info is not None and exit_info.failed:
         return "failed"
     return "stopped"
+
+
+def _serving(supervisor: SupervisorState | None) -> str:
+    """An engine that answers: healthy, or degraded with the supervisor's reason (a chip it runs on in Alarm)."""
+    if supervisor is None or supervisor.stage != Stage.DEGRADED:
+        return "healthy"
+    detail = supervisor.stages[-1].detail if supervisor.stages else ""
+    return f"degraded: {detail}" if detail else "degraded"
 
 
 def _stopping(supervisor: SupervisorState | None) -> str:
@@ -228,7 +236,7 @@ def _replica_set_status(record: InstanceRecord, manager: SystemdManager | None, 
                         ) -> InstanceStatus:
     """A host's replicas of a model whose router runs on another host: healthy when every one of them is."""
     parts = _replica_statuses(record, manager, metrics_interval_s)
-    down = [p.name for p in parts if not p.healthy]
+    down = [p.name for p in parts if not p.healthy or p.state.startswith("degraded")]
     healthy = bool(parts) and not down
     state = ("healthy" if healthy else "stopped" if all(p.state == "stopped" for p in parts)
              else f"degraded ({', '.join(down)} not healthy)")
@@ -272,7 +280,8 @@ def instance_status(record: InstanceRecord, manager: SystemdManager | None, *, m
                  if unit is not None and manager is not None else None) or last
     state = summarize(record, unit, supervisor, healthy)
     parts = _replica_statuses(record, manager, metrics_interval_s) if record.is_router else ()
-    down = [p.name for p in parts if not p.healthy]
+    # A degraded replica answers but is out of the router (a chip of its in Alarm): the endpoint is short of it too.
+    down = [p.name for p in parts if not p.healthy or p.state.startswith("degraded")]
     if healthy and down:
         # The endpoint answers (the router sends everything to the rest), but not at full strength.
         state, healthy = f"degraded ({', '.join(down)} not healthy)", False

@@ -50,7 +50,7 @@ from npuops.launch.install import (
 from npuops.launch.instance_files import InstanceFiles
 from npuops.launch.revision_store import keep_revision, next_revision, with_revision
 from npuops.monitor.refresh import refresh_monitoring
-from npuops.service.gate import refusal_status, render_gate_text, run_gate
+from npuops.service.gate import chip_watch, refusal_status, render_gate_text, run_gate
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
 
@@ -246,6 +246,7 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
 
     overlay = read_env_file(record.env_file, "launch it again (the launch writes this file)")
     options = SupervisorOptions(echo_engine_log=False, write_engine_log=True, env_overlay=overlay,
+                                chip_probe=chip_watch(record, settings),
                                 on_stage=on_stage, on_ready=on_ready)
     started = time.monotonic()
     supervisor = Supervisor(record, environ, options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from npuops.instance.state import SupervisorState
 from npuops.settings import Settings
 
 BLOCKING_SEVERITIES = (Severity.CRITICAL, Severity.HIGH)
+CHIP_HEALTH_CHECK = "chip-health"  # checks/chips.py: what a serving engine's chips are watched with
 _AREA_ORDER = ("driver", "chips", "cann", "stack", "environment", "host", "launch")
 
 
@@ -111,3 +113,19 @@ def refusal_status(report: GateReport, name: str) -> SupervisorState:
     """What the status file says after a refused start, so `npuops status` can name the check and its fix."""
     return SupervisorState.refused(name, [(o.check_id, o.result.message, o.result.remediation or "")
                                           for o in report.blocking])
+
+
+def chip_watch(record: InstanceRecord, settings: Settings) -> Callable[[], str | None] | None:
+    """What the supervisor asks of a serving NPU engine's chips: the start gate's own chip-health check on the
+    instance's devices (one `npu-smi info`), its message when a chip the instance runs on is in Alarm or Critical,
+    else None (a Warning, or npu-smi not answering, does not degrade a serving engine). None for an instance on no
+    chip (a CPU engine, a router)."""
+    if record.target_kind != "npu" or record.is_router:
+        return None
+    health = next(c for c in discover_checks() if c.id == CHIP_HEALTH_CHECK)
+    options = DoctorOptions(devices=record.devices or None, instance=record)
+
+    def failing() -> str | None:
+        outcome = run_checks([health], CheckContext(Probe(gate_settings(settings, record)), options)).outcomes[0]
+        return outcome.result.message if outcome.result.status is Status.FAIL else None
+    return failing

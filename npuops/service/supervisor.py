@@ -73,6 +73,11 @@ class SupervisorOptions:
     cluster_probe: Callable[[ClusterMembership], RayState] | None = None
     # A headless engine (data-parallel follower) answers no HTTP: it counts as up once it has run this long.
     headless_settle_s: float = 5.0
+    # An NPU engine's chips are asked, at most this often once it serves, whether they still serve (the start gate's
+    # chip-health check on its devices: npuops.service.gate.chip_watch): the answer names a chip in Alarm or
+    # Critical, or is None.
+    chip_interval_s: float = 30.0
+    chip_probe: Callable[[], str | None] | None = None
 
 
 @dataclass
@@ -134,6 +139,8 @@ class Supervisor:
         self._started = time.monotonic()
         self._cluster_checked = -1e9
         self._cluster_problem = ""
+        self._chips_checked = -1e9
+        self._chip_problem: str | None = None
         self._state = SupervisorState.started(record.name, self.url, read_status(record))
 
     # --- signals ----------------------------------------------------------------------------------------------
@@ -355,6 +362,9 @@ class Supervisor:
                 elif self._state.stage == Stage.UNHEALTHY:
                     self._set_stage(Stage.HEALTHY, f"answers {self.record.health_path} again"
                                     if self.record.serves_api else "the cluster is whole again")
+                    if self._chip_problem:
+                        self._set_stage(Stage.DEGRADED, self._chip_problem)
+                self._watch_chips()
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
@@ -394,6 +404,26 @@ class Supervisor:
             if self._cluster_problem:
                 return False, self._cluster_problem
         return True, ""
+
+    def _watch_chips(self) -> None:
+        """A serving engine whose chip goes into Alarm or Critical is degraded until the chip reports OK again: the
+        status names the chip, and a replica leaves its router, so requests go to the healthy replicas. The engine
+        is not stopped (it may still answer, and a restart cannot cure a chip: the start gate would refuse it)."""
+        probe = self.options.chip_probe
+        now = time.monotonic()
+        if probe is None or now - self._chips_checked < self.options.chip_interval_s:
+            return
+        self._chips_checked = now
+        problem = probe()
+        if problem and self._state.stage == Stage.HEALTHY:
+            self._set_stage(Stage.DEGRADED, problem)
+            self._say(f"degraded: {problem}")
+            self._router_change(leave_router)
+        elif not problem and self._state.stage == Stage.DEGRADED:
+            self._set_stage(Stage.HEALTHY, "its chips report health OK again")
+            self._say("its chips report health OK again")
+            self._router_change(join_router)
+        self._chip_problem = problem
 
     def _drain_stage_events(self, ready: bool) -> None:
         while True:

@@ -32,6 +32,9 @@ def status(state: str, **extra: Any) -> dict[str, Any]:
     (status("healthy", cluster={"ray": {"error": "cannot reach the Ray head at 10.0.0.1:6379: refused"}}),
      "qwen: cannot reach the Ray head at 10.0.0.1:6379: refused"),
     (status("healthy", cluster={"strategy": "dp"}), None),
+    # A chip of its in Alarm under a serving engine (the supervisor's words, tests/service/test_chip_watch.py).
+    (status("degraded: NPU 4 chip 0 (device 4, bus 0000:DA:00.0) is 'Alarm'"),
+     "qwen: degraded: NPU 4 chip 0 (device 4, bus 0000:DA:00.0) is 'Alarm'"),
     (status("healthy", cluster={"ray": {"complete": False, "missing": [], "short": ["node-b"]}}),
      "qwen: the Ray nodes of node-b offer fewer resources than the engine needs"),
 ])
@@ -51,6 +54,9 @@ def test_problem(document: dict[str, Any], expected: str | None) -> None:
     (status("stopped", manager="foreground"),
      "launch qwen again (`npuops launch ... --name qwen --foreground`), or `npuops remove qwen`"),
     (status("failed", manager="foreground"), "`npuops logs qwen` says why; launch it again, or `npuops remove qwen`"),
+    (status("degraded: NPU 4 chip 0 (device 4, bus 0000:DA:00.0) is 'Alarm'", manager="systemd"),
+     "`npuops doctor --only chip-health,chip-health-detail` reads the chip's alarm; launch qwen again on the other "
+     "chips (`--devices`), or reset or replace the chip"),
 ])
 def test_the_fix_names_the_instance_and_how_it_runs(document: dict[str, Any], expected: str) -> None:
     from npuops.checks.instances import _fix
