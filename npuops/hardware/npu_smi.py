@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from npuops.datafiles import load_data_toml
-from npuops.hardware.chips import parse_vnpu_name
+from npuops.hardware.chips import VnpuName, parse_vnpu_name
 from npuops.parsing import ParseError
 from npuops.wire import WireObject
 
@@ -57,21 +57,10 @@ class NpuSmiChip:
         return None if self.bus_id in _PLACEHOLDERS else self.bus_id
 
     @property
-    def virtual(self) -> bool:
-        """Whether this is a hard-sliced vNPU ("310Pvir04"), a share of a chip rather than the whole chip."""
-        return parse_vnpu_name(self.name) is not None
-
-    @property
-    def vnpu_template(self) -> str | None:
-        """The vNPU template ("vir04") of a virtual NPU, else None."""
-        vnpu = parse_vnpu_name(self.name)
-        return None if vnpu is None else vnpu.template
-
-    @property
-    def vnpu_aicores(self) -> int | None:
-        """AI cores of the vNPU's template where known (310P vir01/vir02/vir04: 1/2/4), else None."""
-        vnpu = parse_vnpu_name(self.name)
-        return None if vnpu is None else vnpu.aicores
+    def vnpu(self) -> VnpuName | None:
+        """A hard-sliced virtual NPU ("310Pvir04": a share of a chip) as its name says: its template and the
+        template's AI cores; None for a whole chip."""
+        return parse_vnpu_name(self.name)
 
     @classmethod
     def from_json(cls, data: object) -> NpuSmiChip:

@@ -96,7 +96,7 @@ class ServerOptions:
         flag=UserFlag("drain-timeout", "Seconds a stopping engine lets the requests in flight finish (vLLM's "
                       "--shutdown-timeout; 0 aborts them) [default: from the workload's longest answer]."))
     # Tokens sent to a streaming client per chunk (vLLM's --stream-interval, from vLLM 0.13): each chunk costs the API
-    # server and the client a detokenize, a JSON document and a write. npuops.plan.planner.stream_interval.
+    # server and the client a detokenize, a JSON document and a write. npuops.plan.streaming chooses it.
     stream_interval: int | None = vllm_option(
         "stream-interval", limits=_positive(256), omit_when=1,
         flag=UserFlag("stream-interval", "Tokens sent to a streaming client per chunk (1: every token) [default: a "

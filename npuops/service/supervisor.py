@@ -360,10 +360,11 @@ class Supervisor:
                     if self.options.on_ready is not None:
                         self.options.on_ready()
                 elif self._state.stage == Stage.UNHEALTHY:
-                    self._set_stage(Stage.HEALTHY, f"answers {self.record.health_path} again"
-                                    if self.record.serves_api else "the cluster is whole again")
-                    if self._chip_problem:
-                        self._set_stage(Stage.DEGRADED, self._chip_problem)
+                    # Back, but still on a chip in Alarm (the last chip probe's answer): degraded, not healthy.
+                    again = (f"answers {self.record.health_path} again" if self.record.serves_api
+                             else "the cluster is whole again")
+                    self._set_stage(Stage.DEGRADED if self._chip_problem else Stage.HEALTHY,
+                                    self._chip_problem or again)
                 self._watch_chips()
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.

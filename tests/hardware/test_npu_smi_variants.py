@@ -19,7 +19,7 @@ def test_310b_board_has_no_bus_id_and_is_refused_for_serving() -> None:
     chip = info.chips[0]
     assert (chip.name, chip.bus_id, chip.pci_address) == ("310B1", "NA", None)
     assert (chip.memory_used_mb, chip.memory_total_mb, chip.hbm_total_mb) == (3841, 11577, None)
-    assert not chip.virtual
+    assert chip.vnpu is None
     spec = chip_by_name(chip.name)
     assert spec is not None and spec.family == "310B"
     assert spec.vllm_ascend is False
@@ -33,8 +33,8 @@ def test_310p_vnpu_is_the_310p_family_and_virtual() -> None:
     chip = info.chips[0]
     assert (chip.npu_id, chip.name, chip.pci_address) == (7, "310Pvir01", "0000:00:07.0")
     assert (chip.memory_used_mb, chip.memory_total_mb) == (249, 2690)
-    assert chip.virtual
-    assert (chip.vnpu_template, chip.vnpu_aicores) == ("vir01", 1)
+    assert chip.vnpu is not None
+    assert (chip.vnpu.template, chip.vnpu.aicores) == ("vir01", 1)
     spec = chip_by_name(chip.name)
     assert spec is not None and spec.family == "310P" and spec.serving_refusal is None
 
