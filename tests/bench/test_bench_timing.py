@@ -81,6 +81,22 @@ def test_a_stream_in_chunks_of_n_tokens_has_the_client_time_one_gap_per_n() -> N
     assert choose_timing(measured, None, None).itl_ms == measured.latency["itl"].median_ms
 
 
+def test_a_stream_in_chunks_is_timed_by_the_engine_where_it_exports_histograms() -> None:
+    """A 16-token reply at --stream-interval 16 arrives in two chunks, or one where the first token decodes to no
+    text yet: the client's TPOT and ITL are then 0.00 ms however steady the engine (a CI run's bench)."""
+    measured = parse_serve_result(_bursty(RESULT.read_text()))
+    engine = engine_latencies(BEFORE, AFTER)
+    assert engine is not None
+    timing = choose_timing(measured, engine, None, stream_interval=16)
+    assert timing.source == ENGINE and timing.timed and timing.tpot_ms == engine["tpot"].mean_ms
+    assert timing.ttft_ms == engine["ttft"].mean_ms and timing.itl_ms == engine["itl"].mean_ms
+    assert timing.note is not None and "streams 16 tokens a chunk" in timing.note and "bursts" not in timing.note
+    # A steady client stream is still the engine's at N > 1: the client's TTFT may wait for a chunk with text.
+    steady = parse_serve_result(RESULT.read_text())
+    assert choose_timing(steady, engine, None, stream_interval=2).source == ENGINE
+    assert choose_timing(steady, engine, None, stream_interval=1).source == CLIENT
+
+
 def test_a_stream_in_bursts_is_timed_by_the_engine_and_still_calibrates() -> None:
     """What the engine's figures contradict is a burst: a client TPOT of 0.00 ms beside the engine's 3.29 ms."""
     measured = parse_serve_result(_bursty(RESULT.read_text()))
@@ -148,7 +164,7 @@ def test_the_report_shows_the_engines_figures_beside_the_clients_and_says_which_
     headline = bench_headline(_report(_bursty(RESULT.read_text()), engine))
     assert headline is not None and headline["figures"] == ENGINE and headline["median_tpot_ms"] == 0.0
     line = render_bench_headline(headline)
-    assert "TPOT 3.29 ms" in line and "(the engine's: the stream came in bursts)" in line
+    assert "TPOT 3.29 ms" in line and "(the engine's own histograms)" in line
 
 
 def test_the_hosts_bandwidth_is_kept_with_the_calibration(tmp_path: Path) -> None:

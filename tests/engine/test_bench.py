@@ -108,9 +108,12 @@ def checked_bench_report(instance: BenchedInstance) -> dict[str, Any]:
     assert cache["queried_tokens"] >= 24 * 128 and cache["hit_rate"] < 0.5, cache
     assert measured["completed"] == 24 and measured["failed"] == 0
     assert measured["total_output_tokens"] == 24 * 16
+    # The client's TPOT and ITL may be 0.00 ms: the plan streams the tiny model's tokens several a chunk, and a
+    # 16-token reply can arrive in one or two chunks (then the engine's histograms time the steps, below).
     for metric in ("ttft", "tpot", "itl", "e2el"):
         figures = measured["latency"][metric]
-        assert 0 < figures["median_ms"] <= figures["p99_ms"]
+        assert 0 <= figures["median_ms"] <= figures["p99_ms"]
+        assert figures["median_ms"] > 0 or metric in ("tpot", "itl")
     assert measured["output_throughput"] > 0 and measured["request_throughput"] > 0
     ratios, predicted = report["ratios"], report["predicted"]
     for key in ("ttft", "tpot", "itl", "e2el", "output_throughput", "request_throughput"):
@@ -121,10 +124,12 @@ def checked_bench_report(instance: BenchedInstance) -> dict[str, Any]:
         assert 24 <= engine[metric]["count"] <= 24 + 4 and engine[metric]["mean_ms"] > 0, engine
     assert engine["itl"]["count"] >= 24 * 15
     # The figures that time the engine: the client's medians on a steady stream, the engine's means when the
-    # stream came in bursts (a busy host), which the report then names. Either way the bench times the steps.
+    # stream came in bursts (a busy host) or in chunks (the plan's --stream-interval), which the report names.
+    # Either way the bench times the steps.
     assert timing["timed"] is True and timing["source"] in ("client", "engine"), timing
     if timing["source"] == "engine":
-        assert "bursts" in report["stream_note"] and timing["tpot_ms"] == engine["tpot"]["mean_ms"]
+        assert "bursts" in report["stream_note"] or "tokens a chunk" in report["stream_note"]
+        assert timing["tpot_ms"] == engine["tpot"]["mean_ms"]
     else:
         assert report["stream_note"] is None
         assert timing["tpot_ms"] == measured["latency"]["tpot"]["median_ms"]
