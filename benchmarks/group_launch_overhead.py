@@ -62,7 +62,7 @@ from tests.support.ssh_hosts import FleetSetupError, TestFleet, ensure_prerequis
 NAME = "bench-dp"
 GROUP = "fleet"
 # The controller's npuops and the stand-in service manager (systemd is not init in the test hosts): this checkout's
-# venv, which the hosts see too (/work is shared), as in tests/engine/test_multinode_cluster.py.
+# venv, which the hosts see too (/work is shared; tests/support/ssh_hosts.py).
 NPUOPS = REPO / ".venv" / "bin" / "npuops"
 SYSTEMCTL = REPO / ".venv" / "bin" / "systemctl3.py"
 # The recipe that works on the CPU engine (float32, a short context, no graph capture, an explicit KV cache size),

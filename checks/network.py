@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 
 from npuops.doctor.common import skip_without_npus
 from npuops.doctor.context import CheckContext, PeerGroup, PeerHost
-from npuops.doctor.model import Check, Result, Severity
+from npuops.doctor.model import TAG_GATE_GROUP, Check, Result, Severity
 from npuops.hardware.hccn import (
     PING_FAILURE_MARKERS,
     HccnIp,
@@ -378,6 +378,7 @@ class NpuPeerPing(Check):
     area = "network"
     severity = Severity.HIGH
     level = 2
+    tags = (TAG_GATE_GROUP,)
     requires = ("hccn_tool",)
 
     def run(self, ctx: CheckContext) -> Result:
@@ -547,6 +548,7 @@ class HostPeerReach(Check):
     area = "network"
     severity = Severity.HIGH
     level = 2
+    tags = (TAG_GATE_GROUP,)
 
     # The connect, replaceable in tests: (source or None, address, port, timeout) -> TcpReach.
     connect: ClassVar[Callable[[str | None, str, int, float], TcpReach]] = staticmethod(tcp_reach)

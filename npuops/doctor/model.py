@@ -74,11 +74,13 @@ _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 # these: a misspelt tag would silently drop the check from the selection that needs it.
 TAG_GATE = "gate"
 TAG_GATE_NPU = "gate-npu"
+TAG_GATE_GROUP = "gate-group"
 TAG_INSTANCE = "instance"
 TAG_VERIFY = "verify"
 TAGS: Mapping[str, str] = {
     TAG_GATE: "the start gate of every instance (`npuops run --preflight NAME`, the unit's ExecStartPre)",
     TAG_GATE_NPU: "the start gate of an instance on NPUs (with the `gate` checks)",
+    TAG_GATE_GROUP: "the start gate of each host of a multi-node instance: the network to the group's other hosts",
     TAG_INSTANCE: "reads a launched instance's record: the start gate gives it, a plain doctor run leaves it out",
     TAG_VERIFY: "`npuops launch --verify`: the served model against its reference",
 }

@@ -15,19 +15,32 @@ _MEMBERSHIP = "cluster membership"
 
 @dataclass(frozen=True)
 class ClusterNode:
-    """One host of a multi-node instance: its inventory name, the address the cluster traffic uses, its role."""
+    """One host of a multi-node instance: its inventory name, the address the cluster traffic uses, its role, the
+    interface that address is on and its NPU NIC addresses by device id (the inventory's, what `npuops provision
+    --tags npu-network` sets; empty when it gives none). Each host's start gate checks its peers with them."""
 
     name: str
     address: str
     role: str = ""
+    ifname: str = ""
+    npu_ips: Mapping[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "address": self.address, "role": self.role}
+        data: dict[str, Any] = {"name": self.name, "address": self.address, "role": self.role}
+        if self.ifname:
+            data["ifname"] = self.ifname
+        if self.npu_ips:
+            data["npu_ips"] = {str(device): ip for device, ip in sorted(self.npu_ips.items())}
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> ClusterNode:
         node = WireObject.wrap(data, _MEMBERSHIP)
-        return cls(node.req_text("name"), node.req_text("address"), node.text("role"))
+        ips = node.text_map("npu_ips")
+        if not all(device.isdigit() for device in ips):
+            raise node.fail("npu_ips", "has a key that is not a device id (0, 1, ...)")
+        return cls(node.req_text("name"), node.req_text("address"), node.text("role"), node.text("ifname"),
+                   {int(device): ip for device, ip in ips.items()})
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from npuops.errors import BadInputError, EnvironmentMissingError, UsageError
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import PlaybookRun
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
+from npuops.fleet.npu_network import npu_ips_of
 from npuops.fleet.runner import run_playbook
 from npuops.hardware.node import Node
 from npuops.inputfiles import read_api_key_file
@@ -79,7 +80,7 @@ def choose_serving_interface(host: InventoryHost, node: Node) -> ClusterHost:
                 f"set {ADDRESS_VAR} and {IFNAME_VAR} for {host.name} in the inventory to the address and interface "
                 "the hosts reach each other on")
         ifname = holders[0]
-    return ClusterHost(host.name, address, str(ifname))
+    return ClusterHost(host.name, address, str(ifname), npu_ips_of(host.name, host.vars) or {})
 
 
 def check_same_hardware(nodes: Mapping[str, Node]) -> tuple[str, int, int | None]:

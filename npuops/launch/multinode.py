@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class ClusterHost:
     name: str
     address: str
     ifname: str
+    npu_ips: Mapping[int, str] = field(default_factory=dict)  # the inventory's NPU NIC addresses by device id
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def render_cluster(
     ray_address = f"{head.address}:{ray_port}"
     common = ClusterMembership(
         group=group, strategy=cluster.strategy, rank=0, role="",
-        nodes=tuple(ClusterNode(h.name, h.address, roles[i]) for i, h in enumerate(hosts)),
+        nodes=tuple(ClusterNode(h.name, h.address, roles[i], h.ifname, h.npu_ips) for i, h in enumerate(hosts)),
         endpoint_host=head.name, expected_nodes=len(hosts))
     if ray:
         devices = plan.replicas[0].devices if plan.replicas and plan.target.kind == "npu" else ()

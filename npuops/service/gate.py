@@ -16,8 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from npuops.doctor.context import CheckContext, DoctorOptions
-from npuops.doctor.model import TAG_GATE, TAG_GATE_NPU, TAG_INSTANCE, Check, CheckOutcome, Severity, Status
+from npuops.doctor.context import CheckContext, DoctorOptions, PeerGroup, PeerHost
+from npuops.doctor.model import (
+    TAG_GATE,
+    TAG_GATE_GROUP,
+    TAG_GATE_NPU,
+    TAG_INSTANCE,
+    Check,
+    CheckOutcome,
+    Severity,
+    Status,
+)
 from npuops.doctor.registry import checks_tagged, discover_checks
 from npuops.doctor.runner import run_checks
 from npuops.hardware.probe import Probe
@@ -69,7 +78,22 @@ def gate_settings(settings: Settings, record: InstanceRecord) -> Settings:
 def gate_tags(record: InstanceRecord) -> tuple[str, ...]:
     """The tags of the checks this instance's start gate runs."""
     # A router touches no chip: the NPU checks are its replicas' gates'.
-    return (TAG_GATE, TAG_GATE_NPU) if record.target_kind == "npu" and not record.is_router else (TAG_GATE,)
+    tags = (TAG_GATE, TAG_GATE_NPU) if record.target_kind == "npu" and not record.is_router else (TAG_GATE,)
+    # A host of a multi-node instance looks at the network to the others before its engine starts: a peer it cannot
+    # reach otherwise shows as a TCPStore or HCCL connect timeout minutes later (HCCL_CONNECT_TIMEOUT).
+    return (*tags, TAG_GATE_GROUP) if record.cluster is not None else tags
+
+
+def peer_group(record: InstanceRecord) -> PeerGroup | None:
+    """The group's other hosts as the network checks take them (`npuops doctor --peers`), from the membership
+    launch wrote into this host's record: their cluster addresses and NPU NIC addresses, this host's interface."""
+    cluster = record.cluster
+    if cluster is None:
+        return None
+    own = cluster.nodes[cluster.rank] if 0 <= cluster.rank < len(cluster.nodes) else None
+    peers = tuple(PeerHost(n.name, n.address, npu_ips=dict(n.npu_ips)) for i, n in enumerate(cluster.nodes)
+                  if i != cluster.rank)
+    return PeerGroup(peers, own.ifname or None if own else None, dict(own.npu_ips) if own else {})
 
 
 def gate_checks(record: InstanceRecord) -> list[type[Check]]:
@@ -88,6 +112,7 @@ def run_gate(record: InstanceRecord, settings: Settings) -> GateReport:
         gpu_memory_utilization=record.gpu_memory_utilization,
         graph_mode=record.graph_mode,
         instance=record,
+        peers=peer_group(record),
     )
     context = CheckContext(Probe(gate_settings(settings, record)), options)
     report = run_checks(gate_checks(record), context)
@@ -101,6 +126,12 @@ def render_gate_text(report: GateReport, name: str) -> str:
         lines.append(f"  fix: {outcome.result.remediation}")
     for outcome in report.warnings:
         lines.append(f"{outcome.result.status.value} [{outcome.check_id}] {outcome.result.message}")
+    # What a group host's gate found of its peers goes to the journal too: the first place to look when the group
+    # does not form.
+    group_checks = {c.id for c in checks_tagged(discover_checks(), TAG_GATE_GROUP)}
+    for outcome in report.outcomes:
+        if outcome.check_id in group_checks and outcome.result.status is Status.PASS:
+            lines.append(f"pass [{outcome.check_id}] {outcome.result.message}")
     passed = sum(1 for o in report.outcomes if o.result.status is Status.PASS)
     skipped = sum(1 for o in report.outcomes if o.result.status is Status.SKIP)
     verdict = "refuses to start" if report.blocking else "lets it start"

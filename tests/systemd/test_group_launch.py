@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from tests.support.engine import COMPLETION_SCRIPT, engine_python_or_skip, make_
 from tests.support.paths import REPO
 from tests.support.systemd import SERVICE_USER, install_npuops, unavailable_reason
 from tests.support.systemd_host import SystemdFleet
+from tests.support.workspace import wait_for
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.systemd]
 
@@ -95,9 +97,10 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
     leader, follower = fleet.hosts
     inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
     artifacts = tmp_path / "artifacts"
+    # --watchdog 20: a hung rank is noticed within 20 s of the probe (the default 60 s would only cost time here).
     rc, out, err = npuops("launch", str(model), *PLAN_FLAGS, "--name", NAME, "-i", str(inventory), "--group",
-                          "fleet", "--vllm", str(venv / "bin" / "vllm"), "--artifacts", str(artifacts), "--json",
-                          timeout=900)
+                          "fleet", "--vllm", str(venv / "bin" / "vllm"), "--watchdog", "20", "--artifacts",
+                          str(artifacts), "--json", timeout=900)
     try:
         assert out.strip(), err[-3000:]
         report = json.loads(out)
@@ -131,6 +134,8 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
             lines = "\n".join(logs["hosts"][host.name]["answer"]["lines"])
             assert f"npuops[{NAME}]: started the engine" in lines, lines[-2000:]
 
+        _a_killed_and_a_hung_follower_restart_the_group(fleet, inventory, artifacts, endpoint)
+
         # The follower's unit stopped by its systemd: its part is down and named, the leader still answers.
         follower.systemd.check(["systemctl", "stop", unit], timeout=120)
         rc, view = npuops_status(inventory, artifacts)
@@ -144,6 +149,42 @@ def test_native_data_parallel_over_two_hosts_each_under_its_own_systemd(fleet: S
     for host in fleet.hosts:
         assert host.systemd.unit_property(f"npuops-{NAME}.service", "ActiveState") in ("inactive", "failed")
 
+
+
+def _a_killed_and_a_hung_follower_restart_the_group(fleet: SystemdFleet, inventory: Path, artifacts: Path,
+                                                    endpoint: dict[str, Any]) -> None:
+    """The follower's engine killed with SIGKILL, then stopped with SIGSTOP: its own supervisor restarts it (a stopped
+    process for the watchdog's 20 s is a hang it names), the leader's probe completion stalls on the lost rank and
+    its supervisor restarts the leader; the group forms again and serves, and status names what happened where."""
+    engine_python = engine_python_or_skip()
+    leader, follower = fleet.hosts
+    unit = f"npuops-{NAME}.service"
+
+    def complete() -> None:
+        done = leader.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"], endpoint["model"]],
+                                  timeout=180)
+        assert done.returncode == 0 and json.loads(done.stdout)["tokens"] == 8, done
+
+    restarts = {h.name: int(h.systemd.unit_property(unit, "NRestarts") or 0) for h in fleet.hosts}
+    follower.systemd.check(["pkill", "-KILL", "-f", "vllm serve"])
+    for host in fleet.hosts:
+        took = _restarted(host, unit, restarts[host.name], 300, f"{host.name}'s engine to restart after the kill")
+        print(f"dp follower killed: {host.name} restarted after {took:.0f} s")  # for -rA
+    view = _serving_again(inventory, artifacts, NAME, leader.name, 600)
+    print("after the kill:", {h: (p.get("instance") or {}).get("previous_exit") for h, p in view["hosts"].items()})
+    complete()
+
+    restarts = {h.name: int(h.systemd.unit_property(unit, "NRestarts") or 0) for h in fleet.hosts}
+    follower.systemd.check(["pkill", "-STOP", "-f", "EngineCore"])
+    took = _restarted(follower, unit, restarts[follower.name], 300, "the follower to restart its stopped engine")
+    print(f"dp follower stopped: restarted by its own supervisor after {took:.0f} s")
+    _restarted(leader, unit, restarts[leader.name], 300, "the leader to restart after its follower's hang")
+    view = _serving_again(inventory, artifacts, NAME, leader.name, 600)
+    previous = view["hosts"][follower.name]["instance"]["previous_exit"]
+    assert previous["reason"] == "hang", previous
+    assert previous["diagnosis"]["cause"].startswith(f"the engine hangs on {follower.name}: process"), previous
+    print("after the hang:", {h: (p.get("instance") or {}).get("previous_exit") for h, p in view["hosts"].items()})
+    complete()
 
 
 ROUTED = "rg"
@@ -410,3 +451,101 @@ def test_pd_prefill_on_one_host_decode_on_the_other_behind_the_first_hosts_route
                               str(artifacts), "--json")
     stopped = json.loads(out)
     assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
+
+
+RAY_NAME = "pp"
+
+
+def _restarted(host: Any, unit: str, before: int, timeout: float, what: str) -> float:
+    """Seconds until systemd restarted `unit` on `host` (its NRestarts past `before`)."""
+    start = time.monotonic()
+    wait_for(lambda: int(host.systemd.unit_property(unit, "NRestarts") or 0) > before, timeout, what, poll=1)
+    return time.monotonic() - start
+
+
+def _serving_again(inventory: Path, artifacts: Path, name: str, host: str, timeout: float) -> dict[str, Any]:
+    """The group's status once the host's part serves again (healthy, the whole group up), naming why it restarted."""
+    def whole() -> dict[str, Any] | None:
+        rc, view = npuops_status(inventory, artifacts, name)
+        part = view.get("hosts", {}).get(host, {}).get("instance") or {}
+        return view if rc == 0 and view.get("ok") and part.get("state") == "healthy" else None
+
+    return wait_for(whole, timeout, f"{name} to serve again", poll=5)
+
+
+def test_pipeline_stages_over_ray_under_real_systemd_survive_a_killed_and_a_hung_worker(
+        fleet: SystemdFleet, model: Path, tmp_path: Path) -> None:
+    """`--multinode ray`: a Ray head and the engine on the first host, a Ray worker node on the second, each under its
+    own systemd as the unprivileged user, PP=2 (a stage per host). A completion crosses both hosts. Then the second
+    host's engine worker (the Ray actor of stage 1) is killed with SIGKILL: vLLM shuts the engine down at once, the
+    supervisor names the host from the raylet's line, systemd restarts the engine and Ray places both stages again.
+    Then the worker is stopped with SIGSTOP under a request: /health still answers, but the head's supervisor sees
+    the request held with no token for the watchdog's 20 s, kills its engine (Ray kills the stopped actor with its
+    driver), and the group serves again."""
+    engine_python = engine_python_or_skip()
+    venv = engine_python.parent.parent
+    head, worker = fleet.hosts
+    inventory = fleet.inventory(tmp_path / "inventory.yml", {"npuops_command": str(venv / "bin" / "npuops")})
+    artifacts = tmp_path / "artifacts"
+    # vLLM's CPU platform has no Ray device key: the test-only plugin (tests/engine/cpu_ray_platform, in the engine
+    # venv, inert unless asked) gives it vllm-ascend's "NPU", and each Ray node offers one such resource. The CPU
+    # engine's stages need the warm-up: no --enforce-eager.
+    flags = [f if f != "dp" else "ray" for f in PLAN_FLAGS if f != "--enforce-eager"]
+    rc, out, err = npuops("launch", str(model), *flags, "--name", RAY_NAME, "--port", "8800", "-i", str(inventory),
+                          "--group", "fleet", "--vllm", str(venv / "bin" / "vllm"), "--env",
+                          "NPUOPS_CPU_RAY_PLATFORM=1", "--ray-node-resources", '{"NPU": 1}', "--watchdog", "20",
+                          "--cluster-wait", "600", "--artifacts", str(artifacts), "--json", timeout=1500)
+    engine_unit, ray_unit = f"npuops-{RAY_NAME}.service", f"npuops-{RAY_NAME}-ray.service"
+    try:
+        assert out.strip(), err[-3000:]
+        report = json.loads(out)
+        assert rc == 0 and report["ok"], (report.get("hosts"), report.get("endpoint"), err[-3000:])
+        assert report["plan"]["config"]["pipeline_parallel_size"] == 2
+        endpoint = report["endpoint"]
+        assert endpoint["healthy"] and endpoint["cluster"]["ray"]["alive"] == [head.name, worker.name], endpoint
+        for host, units in ((head, (ray_unit, engine_unit)), (worker, (ray_unit,))):
+            for unit in units:
+                assert host.systemd.unit_property(unit, "ActiveState") == "active", (host.name, unit)
+                assert host.systemd.unit_property(unit, "User") == SERVICE_USER, (host.name, unit)
+
+        def complete() -> dict[str, Any]:
+            done = head.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"],
+                                     endpoint["model"]], timeout=180)
+            assert done.returncode == 0, done
+            return dict(json.loads(done.stdout))
+
+        assert complete()["tokens"] == 8  # through both stages, one on each host
+
+        # Killed: the raylet reports the worker's death to the engine at once.
+        worker.systemd.check(["pkill", "-KILL", "-f", "ray::RayWorkerProc"])
+        took = _restarted(head, engine_unit, 0, 180, "the head's engine to be restarted after the kill")
+        print(f"ray worker killed: the head's engine restarted after {took:.0f} s")  # for -rA
+        view = _serving_again(inventory, artifacts, RAY_NAME, head.name, 600)
+        previous = view["hosts"][head.name]["instance"]["previous_exit"]
+        assert previous["diagnosis"]["id"] == "ray-worker-lost", previous
+        assert f"Ray worker on {worker.name} died" in previous["diagnosis"]["cause"], previous
+        assert complete()["tokens"] == 8
+
+        # Hung: stopped under a request, which it holds with no token while /health answers.
+        worker.systemd.check(["pkill", "-STOP", "-f", "ray::RayWorkerProc"])
+        held = head.systemd.run([str(engine_python), "-c", COMPLETION_SCRIPT, endpoint["url"], endpoint["model"]],
+                                timeout=300)
+        assert held.returncode != 0, held  # the engine was killed under it
+        took = _restarted(head, engine_unit, 1, 180, "the head's engine to be restarted after the hang")
+        print(f"ray worker stopped: the head's engine killed and restarted {took:.0f} s after the request failed")
+        view = _serving_again(inventory, artifacts, RAY_NAME, head.name, 600)
+        previous = view["hosts"][head.name]["instance"]["previous_exit"]
+        assert previous["reason"] == "hang" and previous["diagnosis"]["id"] == "hang", previous
+        cause = previous["diagnosis"]["cause"]
+        assert f"a rank on one of {head.name}, {worker.name}" in cause and "no token processed for" in cause, cause
+        # Ray killed the stopped actor with its driver: the stages run in new workers.
+        states = worker.systemd.check(["ps", "-eo", "stat=,args="])
+        assert not [line for line in states.splitlines() if "RayWorkerProc" in line and line.lstrip()[0] == "T"]
+        assert complete()["tokens"] == 8
+    finally:
+        rc, out, err = npuops("stop", RAY_NAME, "-i", str(inventory), "--group", "fleet", "--artifacts",
+                              str(artifacts), "--json")
+    stopped = json.loads(out)
+    assert rc == 0 and all(stopped["stopped"].values()), (stopped, err)
+    for host in fleet.hosts:
+        assert host.systemd.unit_property(ray_unit, "ActiveState") in ("inactive", "failed")

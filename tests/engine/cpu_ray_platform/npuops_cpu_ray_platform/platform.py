@@ -9,3 +9,8 @@ class CpuRayPlatform(CpuPlatform):
     # Ray sets ASCEND_RT_VISIBLE_DEVICES for actors holding NPU resources (unless
     # RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1); vLLM maps ids through this variable.
     device_control_env_var: str = "ASCEND_RT_VISIBLE_DEVICES"
+
+    @classmethod
+    def get_device_communicator_cls(cls) -> str:
+        # vLLM's CPU communicator, falling back from shared memory for a group across hosts (communicator.py).
+        return "npuops_cpu_ray_platform.communicator.MultiHostCpuCommunicator"
