@@ -74,7 +74,7 @@ class StallWatch:
             return None
         what = (f"{progress.held:.0f} request(s) held" if progress.held > 0
                 else "a 1-token probe completion unanswered")
-        return f"{what} and no token processed for {stalled:.0f} s (/health still answers: a rank of the engine hangs)"
+        return f"{what} and no token processed for {stalled:.0f} s while /health answers"
 
 
 def parse_proc_stat(text: str) -> tuple[str, int] | None:

@@ -343,14 +343,7 @@ class Supervisor:
                 self._state.last_health_at = time.time()
                 if not ready:
                     ready = True
-                    self._drain_stage_events(ready)
-                    self._state.healthy_at = time.time()
-                    self._set_stage(Stage.HEALTHY, f"{self.url} answers {self.record.health_path} after "
-                                                   f"{self._elapsed():.0f} s")
-                    self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
-                    self._router_change(join_router)
-                    if self.options.on_ready is not None:
-                        self.options.on_ready()
+                    self._became_ready()
                 elif self._state.stage == Stage.UNHEALTHY:
                     # Back, but still on a chip in Alarm (the last chip probe's answer): degraded, not healthy.
                     again = (f"answers {self.record.health_path} again" if self.record.serves_api
@@ -358,12 +351,9 @@ class Supervisor:
                     self._set_stage(Stage.DEGRADED if self._chip_problem else Stage.HEALTHY,
                                     self._chip_problem or again)
                 self._watch_chips()
-                stopped = self._watch_stopped(now)
-                if stopped is not None:
-                    return self._finish(self._hung(stopped, self._group_where(local=True)))
-                stalled = self._watch_progress(now)
-                if stalled is not None:
-                    return self._finish(self._hung(stalled, self._group_where(local=False)))
+                hang = self._hang_seen(now)
+                if hang is not None:
+                    return self._finish(hang)
                 if watchdog is not None:
                     # Probes come at most every half WatchdogSec: each answer is a ping.
                     self.notifier.watchdog()
@@ -375,6 +365,26 @@ class Supervisor:
             elif self._elapsed() > self.record.timeout_start_s:
                 return self._finish(self._start_timed_out())
             self._stop.wait(self.options.poll_interval_s)
+
+    def _became_ready(self) -> None:
+        self._drain_stage_events(True)
+        self._state.healthy_at = time.time()
+        self._set_stage(Stage.HEALTHY, f"{self.url} answers {self.record.health_path} after {self._elapsed():.0f} s")
+        self.notifier.ready(f"{self.record.name}: healthy on {self.url}")
+        self._router_change(join_router)
+        if self.options.on_ready is not None:
+            self.options.on_ready()
+
+    def _hang_seen(self, now: float) -> Outcome | None:
+        """The hang /health does not show, ended (the engine killed), or None: an engine process stopped on this
+        host, or a serving engine stalled (a rank anywhere in its group)."""
+        stopped = self._watch_stopped(now)
+        if stopped is not None:
+            return self._hung(stopped, self._group_where(local=True))
+        stalled = self._watch_progress(now)
+        if stalled is not None:
+            return self._hung(stalled, self._group_where(local=False))
+        return None
 
     def _probe(self, ready: bool) -> tuple[bool, str]:
         """Is the instance's part up: /health for one that serves the API, the process for a headless engine;
@@ -517,7 +527,7 @@ class Supervisor:
         return f" (a rank on one of {', '.join(n.name for n in cluster.nodes)})"
 
     def _hung(self, why: str, where: str = "") -> Outcome:
-        self._say(f"the engine hangs{where} ({why}); killing it")
+        self._say(f"the engine hangs{where}: {why}; killing it")
         self._kill_group(signal.SIGKILL)
         assert self._process is not None
         self._process.wait()

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from npuops.envfile import parse_env_file
-from npuops.errors import BadInputError
+from npuops.errors import BadInputError, ConfigError
 from npuops.fleet.inventory import InventoryHost
 from npuops.hardware.node import Node
 from npuops.instance.record import InstanceRecord
@@ -49,6 +49,7 @@ from npuops.plan.inputs import PlanOptions, Workload
 from npuops.plan.planner import make_plan
 from npuops.plan.result import Plan
 from npuops.plan.target import cpu_target, parse_hardware_spec
+from npuops.service.gate import peer_group
 from tests.support.model_dirs import TINY_LLAMA
 
 UNIT_DIR = Path("/etc/systemd/system")
@@ -149,7 +150,7 @@ def test_ray_worker_gets_only_its_ray_node_and_a_worker_record(ray_plan: Plan) -
     assert data["cluster"]["rank"] == 1 and data["cluster"]["role"] == "worker"
     assert data["cluster"]["ray_address"] == "10.0.0.1:6379"
     # Every host's interface goes with it: each host's start gate checks its peers from its own.
-    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head", "ifname": "ens5"},
+    assert data["cluster"]["nodes"] == [{"name": "node-head", "address": "10.0.0.1", "role": "head", "ifname": "eth0"},
                                         {"name": "node-two", "address": "10.0.0.2", "role": "worker", "ifname": "ens5"}]
     assert record.cluster is not None and (record.cluster.rank, record.cluster.role) == (1, "worker")
     assert record == worker.record
@@ -540,3 +541,22 @@ def test_ray_token_authentication(ray_plan: Plan) -> None:
     without = _render(ray_plan)
     assert without[0].record.cluster is not None and without[0].record.cluster.ray_auth == "none"
     assert all("RAY_AUTH" not in placed.text for part in without for placed in part.files)
+
+
+def test_each_hosts_record_carries_its_peers_for_its_start_gate(ray_plan: Plan) -> None:
+    """The inventory's NPU NIC addresses (npuops_npu_ips) and each host's interface go into every host's membership:
+    the start gate of each host checks the others from them (host-peer-reach, npu-peer-ping)."""
+    hosts = (replace(HOSTS[0], npu_ips={0: "29.1.0.1", 1: "29.1.0.2"}), replace(HOSTS[1], npu_ips={0: "29.1.0.3"}))
+    head, worker = _render(ray_plan, hosts=hosts)
+    record = InstanceRecord.from_json(json.loads(_file(worker, "instance.json").text), "worker instance.json")
+    group = peer_group(record)
+    assert group is not None and group.ifname == "ens5" and dict(group.npu_ips) == {0: "29.1.0.3"}
+    assert [(p.name, p.address, dict(p.npu_ips)) for p in group.peers] == [
+        ("node-head", "10.0.0.1", {0: "29.1.0.1", 1: "29.1.0.2"})]
+    head_record = InstanceRecord.from_json(json.loads(_file(head, "instance.json").text), "head instance.json")
+    head_group = peer_group(head_record)
+    assert head_group is not None and [p.name for p in head_group.peers] == ["node-two"]
+    bad = json.loads(_file(worker, "instance.json").text)
+    bad["cluster"]["nodes"][0]["npu_ips"] = {"eth0": "29.1.0.1"}
+    with pytest.raises(ConfigError, match="npu_ips has a key that is not a device id"):
+        InstanceRecord.from_json(bad, "worker instance.json")
