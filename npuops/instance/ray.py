@@ -222,3 +222,56 @@ def _probe_env() -> dict[str, str]:
     env.pop("RAY_ADDRESS", None)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     return env
+
+
+# A driver that asks every live node, in a task pinned to it, for its stopped Ray worker processes (npuops'
+# stopped_ray_workers, from the npuops in the Ray venv): {node address: [pid, ...], or null when the node's task
+# failed}. A rank stopped on a worker host hangs the head's engine, and only that host's /proc shows it.
+RAY_STOPPED_SCRIPT = (
+    "import json, sys\n"
+    "import ray\n"
+    "from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy\n"
+    "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
+    "@ray.remote(num_cpus=0)\n"
+    "def stopped():\n"
+    "    from npuops.service.stall import stopped_ray_workers\n"
+    "    return stopped_ray_workers()\n"
+    "nodes = [n for n in ray.nodes() if n.get('Alive')]\n"
+    "refs = [stopped.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n['NodeID'], soft=False)).remote()\n"
+    "        for n in nodes]\n"
+    "found = {}\n"
+    "for node, ref in zip(nodes, refs):\n"
+    "    try:\n"
+    "        found[node['NodeManagerAddress']] = ray.get(ref, timeout=float(sys.argv[2]))\n"
+    "    except Exception:\n"
+    "        found[node['NodeManagerAddress']] = None\n"
+    "print(json.dumps(found))\n"
+)
+
+
+def parse_stopped_workers(text: str, nodes: Sequence[ClusterNode]) -> list[str]:
+    """The hosts (by the group's names) whose nodes reported stopped Ray workers, from RAY_STOPPED_SCRIPT's last
+    line; an address the group does not know stays an address. Pure; RayNodesError on output that is not that."""
+    try:
+        found = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise RayNodesError(f"the stopped-worker listing is not JSON: {text.strip()[-200:]!r}") from exc
+    if not isinstance(found, dict):
+        raise RayNodesError("the stopped-worker listing is not an object of node addresses")
+    names = {n.address: n.name for n in nodes}
+    return [names.get(address) or str(address) for address, pids in found.items() if isinstance(pids, list) and pids]
+
+
+def find_stopped_workers(cluster: ClusterMembership, *, timeout_s: float = 30.0) -> list[str]:
+    """The group's hosts with a stopped Ray worker process, asked through Ray; none when Ray cannot be asked (the
+    hang then stays unplaced: "a rank on one of ...")."""
+    auth = ray_auth_env(cluster, os.environ)
+    if isinstance(auth, str):
+        return []
+    try:
+        done = subprocess.run([ray_python(cluster.ray_command), "-c", RAY_STOPPED_SCRIPT, cluster.ray_address or "",
+                               str(timeout_s)], capture_output=True, text=True, timeout=timeout_s + _PROBE_TIMEOUT_S,
+                              check=False, env={**_probe_env(), **auth})
+        return parse_stopped_workers(done.stdout, cluster.nodes) if done.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, RayNodesError):
+        return []

@@ -15,7 +15,7 @@ The verdicts are pure (samples or /proc text in); the supervisor scrapes, reads 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,17 +87,27 @@ def parse_proc_stat(text: str) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
-def stopped_in_group(pgid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The processes of process group `pgid` that are stopped (state T: SIGSTOP, SIGTSTP; t: a tracer's stop). A
-    stopped rank holds its whole group at the next collective, and nothing but its own host can see it."""
+def _stopped(proc: Path, wanted: Callable[[Path, int], bool]) -> list[int]:
     stopped = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             parsed = parse_proc_stat((entry / "stat").read_text())
+            if parsed is not None and parsed[0] in ("T", "t") and wanted(entry, parsed[1]):
+                stopped.append(int(entry.name))
         except OSError:  # gone since the listing
             continue
-        if parsed is not None and parsed[1] == pgid and parsed[0] in ("T", "t"):
-            stopped.append(int(entry.name))
     return sorted(stopped)
+
+
+def stopped_in_group(pgid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The processes of process group `pgid` that are stopped (state T: SIGSTOP, SIGTSTP; t: a tracer's stop). A
+    stopped rank holds its whole group at the next collective, and nothing but its own host can see it."""
+    return _stopped(proc, lambda entry, group: group == pgid)
+
+
+def stopped_ray_workers(proc: Path = Path("/proc")) -> list[int]:
+    """This host's stopped Ray worker processes (their titles start with `ray::`, e.g. `ray::RayWorkerProc.run`):
+    what a Ray head asks every node when its engine stalls (npuops.instance.ray.find_stopped_workers)."""
+    return _stopped(proc, lambda entry, group: (entry / "cmdline").read_bytes().startswith(b"ray::"))

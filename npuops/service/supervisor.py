@@ -32,7 +32,7 @@ from typing import IO
 from npuops.httpclient import base_url, http_request
 from npuops.instance.endpoint import health_ok, scrape_metrics
 from npuops.instance.membership import ClusterMembership
-from npuops.instance.ray import RayState, probe_ray_cluster
+from npuops.instance.ray import RayState, find_stopped_workers, probe_ray_cluster
 from npuops.instance.record import InstanceRecord, read_status, write_status
 from npuops.instance.revisions import held_out_of_router
 from npuops.instance.router_admin import RouterChange, join_router, leave_router
@@ -87,6 +87,8 @@ class SupervisorOptions:
     # probe once it serves; None scrapes its /metrics. Held requests and no token for the record's watchdog_s is a
     # hang that /health does not see (a rank stopped on another host).
     progress_probe: Callable[[], EngineProgress | None] | None = None
+    # Where a stalled Ray engine's stopped worker is (npuops.instance.ray.find_stopped_workers when None).
+    stopped_worker_finder: Callable[[ClusterMembership], list[str]] | None = None
 
 
 @dataclass
@@ -524,6 +526,12 @@ class Supervisor:
             return ""
         if local:
             return f" on {self._host_name()}"
+        if cluster.is_ray:
+            # A worker process stopped on a node shows only in that node's /proc: Ray runs the look there.
+            finder = self.options.stopped_worker_finder or find_stopped_workers
+            stopped = finder(cluster)
+            if stopped:
+                return f" on {', '.join(stopped)} (a Ray worker process stopped there: SIGSTOP or a debugger)"
         return f" (a rank on one of {', '.join(n.name for n in cluster.nodes)})"
 
     def _hung(self, why: str, where: str = "") -> Outcome:

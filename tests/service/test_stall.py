@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -20,8 +21,16 @@ import pytest
 
 from npuops.instance.membership import ClusterMembership, ClusterNode
 from npuops.instance.metrics import parse_prometheus
+from npuops.instance.ray import RayNodesError, parse_stopped_workers
 from npuops.service.notify import Notifier
-from npuops.service.stall import EngineProgress, StallWatch, engine_progress, parse_proc_stat, stopped_in_group
+from npuops.service.stall import (
+    EngineProgress,
+    StallWatch,
+    engine_progress,
+    parse_proc_stat,
+    stopped_in_group,
+    stopped_ray_workers,
+)
 from npuops.service.supervisor import Supervisor, SupervisorOptions
 from tests.support.instance_records import make_record
 from tests.support.paths import REPO
@@ -188,3 +197,55 @@ def test_a_leaders_probe_completion_that_never_returns_is_a_stall(tmp_path: Path
     finally:
         _BlockedEngine.release.set()
         server.shutdown()
+
+
+RAY_NODES = (ClusterNode("node-a", "10.0.0.11", "head"), ClusterNode("node-b", "10.0.0.12", "worker"))
+
+
+def test_the_stopped_worker_listing_names_the_groups_hosts() -> None:
+    """RAY_STOPPED_SCRIPT's output ({node address: stopped pids, or null when its task failed}), after Ray's own
+    log lines; an address the group does not know stays an address."""
+    text = 'some ray log line\n{"10.0.0.11": [], "10.0.0.12": [658], "10.0.0.99": [7], "10.0.0.13": null}\n'
+    assert parse_stopped_workers(text, RAY_NODES) == ["node-b", "10.0.0.99"]
+    assert parse_stopped_workers('{"10.0.0.11": []}', RAY_NODES) == []
+    for garbage in ("", "not json", "[1, 2]"):
+        with pytest.raises(RayNodesError):
+            parse_stopped_workers(garbage, RAY_NODES)
+
+
+def test_the_stopped_ray_worker_scan_finds_only_ray_workers(tmp_path: Path) -> None:
+    """A real stopped process whose command line starts with `ray::` (as a Ray worker retitles itself) is found; a
+    stopped process of another name is not."""
+    script = "import setproctitle, time; setproctitle.setproctitle('ray::RayWorkerProc.run'); time.sleep(300)"
+    try:
+        import setproctitle  # noqa: F401  (Ray's own dependency retitles its workers with it)
+        argv = [sys.executable, "-c", script]
+    except ImportError:
+        argv = ["bash", "-c", "exec -a 'ray::RayWorkerProc.run' sleep 300"]
+    worker = subprocess.Popen(argv)
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        wait_for(lambda: Path(f"/proc/{worker.pid}/cmdline").read_bytes().startswith(b"ray::") or None, 10,
+                 "the worker's title")
+        os.kill(worker.pid, signal.SIGSTOP)
+        os.kill(other.pid, signal.SIGSTOP)
+        found = wait_for(lambda: stopped_ray_workers() or None, 10, "the stopped worker")
+        assert worker.pid in found and other.pid not in found
+    finally:
+        for process in (worker, other):
+            process.kill()
+            process.wait()
+
+
+def test_a_ray_heads_stall_names_the_host_whose_worker_is_stopped(tmp_path: Path) -> None:
+    cluster = ClusterMembership(group="fleet", strategy="ray", rank=0, role="head", nodes=RAY_NODES,
+                                endpoint_host="node-a", ray_address="10.0.0.11:6379")
+    record = make_record(tmp_path / "state", cluster=cluster, watchdog_s=5)
+    asked: list[ClusterMembership] = []
+    options = SupervisorOptions(stopped_worker_finder=lambda c: asked.append(c) or ["node-b"])
+    supervisor = Supervisor(record, {}, options, notifier=Notifier(None))
+    assert supervisor._group_where(local=False) == " on node-b (a Ray worker process stopped there: SIGSTOP or a " \
+                                                   "debugger)"
+    assert asked == [cluster]
+    unplaced = Supervisor(record, {}, SupervisorOptions(stopped_worker_finder=lambda c: []), notifier=Notifier(None))
+    assert unplaced._group_where(local=False) == " (a rank on one of node-a, node-b)"
