@@ -39,6 +39,7 @@ from npuops.plan.inputs import PlanRequest
 from npuops.plan.request import plan_pd_over_hosts, plan_request, resolve_target
 from npuops.plan.result import Plan
 from npuops.plan.router import DEFAULT_POLICY, RouterOptions
+from npuops.plan.speculative import require_draft_on_disk
 from npuops.settings import Settings
 from npuops.wire import WireFormatError
 
@@ -345,6 +346,7 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
     # Replicas behind a router: every host serves the one-node plan; otherwise one plan over all the hosts.
     sized = replace(request, nodes=1, multinode="auto") if replicas else replace(request, nodes=len(hosts))
     plan = plan_request(settings, sized, target=resolve_target(settings, sized, node=first, host=first.host))
+    require_draft_on_disk(plan.speculative)
     if served_name:
         plan = replace(plan, server=replace(plan.server, served_model_name=served_name))
     if plan.cluster is None and not replicas:

@@ -29,6 +29,7 @@ from npuops.launch.instance_files import (
 )
 from npuops.plan.disaggregation import DisaggregatedPlan
 from npuops.plan.result import Plan
+from npuops.plan.speculative import require_draft_on_disk
 from npuops.settings import Settings
 from npuops.templating import env_name, env_quote, unit_user
 
@@ -157,6 +158,8 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
     """The instances of a launch on this node, rendered, with the API key read and the notes for the operator
     (`pd`: a disaggregated plan's engines and its PD router instead of `plan`'s replicas; `api_key`: the key the
     running instance has, which a rollout keeps, instead of reading --api-key-file again)."""
+    for planned in (pool.plan for pool in pd.pools) if pd is not None else (plan,):
+        require_draft_on_disk(planned.speculative)
     if api_key is None and choices.api_key_file:
         api_key = read_api_key_file(choices.api_key_file)
     ascend_env, notes = cann_environment(settings, plan)

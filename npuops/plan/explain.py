@@ -328,6 +328,8 @@ def _speculative(plan: Plan) -> Iterator[Explanation]:
             "flag": "--spec-acceptance"}[spec.acceptance_source]
     draft = (f"; the draft's {human_bytes(spec.draft_weight_bytes)} of weights and its KV layers are in the memory "
              "plan" if spec.draft_weight_bytes else "")
+    if spec.draft_assumed:
+        draft += f" ({spec.draft_assumed})"
     if spec.parallel and (plan.server.speculative_config or {}).get("parallel_drafting"):
         draft += ("; its config.json carries a parallel-drafting mask token, so one forward drafts all K "
                   "(parallel_drafting)")

@@ -334,6 +334,9 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     wanted_len = _wanted_max_model_len(rules, options, model, workload)
     s, dtype, mode = _sizing(model, rules, workload, options, release, warnings, c)
     spec, s = _speculative(model, rules, options, release, s)
+    if spec is not None and spec.draft_assumed:
+        warnings.append(f"--speculative {spec.method} without --draft-model: the plan assumes the usual draft; "
+                        "a launch needs the draft itself (--draft-model DIR)")
     if spec is not None and options.draft is not None and options.draft.path is None:
         warnings.append(f"the draft {options.draft.served_name} is a catalog model: download {spec.draft_model} and "
                         "pass its directory to --draft-model before launching")

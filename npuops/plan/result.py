@@ -201,6 +201,7 @@ class Plan:
             "warnings": list(self.warnings),
             "replicas": [r.as_dict() for r in self.replicas],
             "vllm_args": list(self.vllm_args),
+            "speculative": self.speculative.as_dict() if self.speculative else None,
             "cluster": self.cluster.as_dict() if self.cluster else None,
             "router": self.router.to_json() if self.router is not None else None,
         }

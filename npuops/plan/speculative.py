@@ -41,6 +41,9 @@ class SpecMethod:
     legacy_name: str | None = None
     legacy_since: str | None = None
     parallel: bool = False  # the proposer drafts all k tokens in one forward (block diffusion)
+    # The draft a plan assumes without --draft-model (a capacity plan is made before the draft is downloaded):
+    # "eagle3_head" or "eagle_head" (usual_draft_head); "" for a method whose draft has no usual shape.
+    usual_draft: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -53,7 +56,7 @@ def spec_methods() -> dict[str, SpecMethod]:
     return {name: SpecMethod(name=name, since=str(raw["since"]), draft=str(raw["draft"]),
                              acceptance=float(raw["acceptance"]), why=str(raw["why"]), source=str(raw["source"]),
                              legacy_name=raw.get("legacy_name"), legacy_since=raw.get("legacy_since"),
-                             parallel=bool(raw.get("parallel", False)))
+                             parallel=bool(raw.get("parallel", False)), usual_draft=str(raw.get("usual_draft", "")))
             for name, raw in _table()["methods"].items()}
 
 
@@ -98,6 +101,8 @@ class SpeculativePlan:
     draft_kv_bytes_per_token: int  # the draft's KV per token, unsplit
     why: str
     chosen_by_plan: bool = False
+    # Without --draft-model, what the plan assumed the draft is (usual_draft_head), "" when it read the real one.
+    draft_assumed: str = ""
     # One draft forward proposes all k tokens (a block-diffusion method, or a draft model whose config carries
     # vLLM's parallel-drafting mask token, e.g. PARD); otherwise k forwards run one after another.
     parallel: bool = False
@@ -106,6 +111,14 @@ class SpeculativePlan:
     def tokens_per_step(self) -> float:
         """Tokens a request gains per verified step: the bonus token plus the accepted drafts."""
         return 1.0 + self.num_tokens * self.acceptance
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "num_tokens": self.num_tokens, "acceptance": round(self.acceptance, 4),
+                "acceptance_source": self.acceptance_source, "tokens_per_step": round(self.tokens_per_step, 4),
+                "draft": {"model": self.draft_model, "assumed": bool(self.draft_assumed),
+                          "what": self.draft_assumed or None, "layers": self.draft_layers,
+                          "weight_bytes": self.draft_weight_bytes,
+                          "kv_bytes_per_token": self.draft_kv_bytes_per_token}}
 
     def config(self) -> dict[str, Any]:
         """vLLM's speculative_config."""
@@ -143,7 +156,46 @@ def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, 
         if is_eagle3_head(d) and draft.weight_bytes_source == "architecture":
             weights = int(eagle3_head_parameters(d) * dtype_bytes(d.torch_dtype))
         return d.num_layers, weights, kv_bytes_per_token(d, kv_dtype_bytes)
+    if method.draft == "model" and method.usual_draft:
+        head, _ = usual_draft_head(method.usual_draft, arch)
+        count = eagle3_head_parameters(head) if is_eagle3_head(head) else eagle_head_parameters(head)
+        return head.num_layers, int(count * dtype_bytes(head.torch_dtype)), kv_bytes_per_token(head, kv_dtype_bytes)
     return 0, 0, 0
+
+
+def usual_draft_head(kind: str, target: ModelArch) -> tuple[ModelArch, str]:
+    """(the draft, what it is) a plan assumes for an EAGLE method without --draft-model: the shape published heads
+    share, one Llama-style decoder layer of the target's width (its attention and KV heads, head size and dense FFN
+    width; an MoE target's active experts' width where it has no dense one), in the target's dtype. EAGLE-3's head
+    also has its own LM head, here over the target's whole vocabulary (published heads often keep fewer rows, e.g.
+    32k for Llama-3.1-8B's: the plan errs towards memory); EAGLE-1's shares the target's."""
+    ffn = target.intermediate_size or target.moe_intermediate_size * max(target.num_experts_per_tok, 1)
+    eagle3 = kind == "eagle3_head"
+    head = ModelArch(
+        model_type="llama", architectures=("Eagle3LlamaForCausalLM" if eagle3 else "EagleLlamaForCausalLM",),
+        num_layers=1, hidden_size=target.hidden_size, num_attention_heads=target.num_attention_heads,
+        num_kv_heads=target.num_kv_heads, head_dim=target.head_dim, vocab_size=target.vocab_size,
+        intermediate_size=ffn, max_position_embeddings=target.max_position_embeddings, tie_word_embeddings=False,
+        torch_dtype=target.torch_dtype)
+    what = (f"no draft on disk: assumed the usual {'EAGLE-3' if eagle3 else 'EAGLE'} head, one decoder layer of the "
+            f"target's width ({target.hidden_size} hidden, FFN {ffn})"
+            + (f" with its own LM head over {target.vocab_size} tokens" if eagle3 else " sharing its LM head")
+            + "; --draft-model DIR plans with the real one")
+    return head, what
+
+
+def _llama_layer_parameters(d: ModelArch, width: int) -> int:
+    """One Llama decoder layer whose attention reads `width`-wide inputs: q/k/v and o projections, the gated
+    MLP, three norms."""
+    h = d.hidden_size
+    q_out, kv_out = d.num_attention_heads * d.head_dim, d.num_kv_heads * d.head_dim
+    return width * (q_out + 2 * kv_out) + q_out * h + 3 * h * d.intermediate_size + 3 * h
+
+
+def eagle_head_parameters(d: ModelArch) -> int:
+    """Parameters of an EAGLE-1 head: fc fuses [embedding; hidden] (2h -> h) into its decoder layers; the embedding
+    and LM head are the target's."""
+    return 2 * d.hidden_size * d.hidden_size + d.num_layers * _llama_layer_parameters(d, d.hidden_size)
 
 
 def is_eagle3_head(arch: ModelArch) -> bool:
@@ -155,12 +207,7 @@ def eagle3_head_parameters(d: ModelArch) -> int:
     hidden states (3h -> h); the first layer's attention reads [embedding; hidden] (2h wide); the LM head has the
     head's own draft vocabulary; the input embedding is the target's (vLLM shares it), so it is not counted."""
     h = d.hidden_size
-    q_out, kv_out = d.num_attention_heads * d.head_dim, d.num_kv_heads * d.head_dim
-
-    def layer(width: int) -> int:
-        return width * (q_out + 2 * kv_out) + q_out * h + 3 * h * d.intermediate_size + 3 * h
-
-    layers = layer(2 * h) + max(d.num_layers - 1, 0) * layer(h)
+    layers = _llama_layer_parameters(d, 2 * h) + max(d.num_layers - 1, 0) * _llama_layer_parameters(d, h)
     return 3 * h * h + layers + (d.draft_vocab_size or d.vocab_size) * h + h
 
 
@@ -200,7 +247,7 @@ def plan_speculative(model: ModelSpec, *, npu: bool, release: str | None, asked:
         raise BadInputError(f"{model.served_name} ships no MTP layers (config.json's num_nextn_predict_layers / "
                             "mtp_num_hidden_layers is 0)",
                             "use --speculative ngram, or eagle3 / draft_model with --draft-model DIR")
-    if method.draft == "model" and draft is None:
+    if method.draft == "model" and draft is None and not method.usual_draft:
         raise BadInputError(f"--speculative {name} needs its draft model",
                             "add --draft-model DIR (a local model directory or a catalog name)")
     if method.draft != "model" and draft is not None:
@@ -215,7 +262,17 @@ def plan_speculative(model: ModelSpec, *, npu: bool, release: str | None, asked:
     return SpeculativePlan(method=name, config_method=config_name, num_tokens=tokens, draft_model=_draft_ref(draft),
                            acceptance=rate, acceptance_source="flag" if acceptance is not None else "default",
                            draft_layers=layers, draft_weight_bytes=weights, draft_kv_bytes_per_token=kv,
-                           why=method.why, chosen_by_plan=chosen, parallel=parallel)
+                           why=method.why, chosen_by_plan=chosen, parallel=parallel,
+                           draft_assumed=usual_draft_head(method.usual_draft, model.arch)[1]
+                           if method.draft == "model" and draft is None else "")
+
+
+def require_draft_on_disk(spec: SpeculativePlan | None) -> None:
+    """A launch needs the draft itself: vLLM loads it (speculative_config.model). A plan with an assumed draft is
+    for capacity only."""
+    if spec is not None and spec.draft_assumed:
+        raise BadInputError(f"--speculative {spec.method} has no draft to load: the plan assumed one (no "
+                            "--draft-model)", "download the draft and add --draft-model DIR")
 
 
 def _draft_ref(draft: ModelSpec | None) -> str | None:

@@ -265,3 +265,16 @@ def test_a_relative_model_path_becomes_absolute_in_the_unit(models: Path, tmp_pa
     exec_start = next(line for line in (out / "npuops-rel.service").read_text().splitlines()
                       if line.startswith("ExecStart="))
     assert exec_start.endswith(" run --state-dir /etc/npuops rel")
+
+
+def test_a_plan_with_an_assumed_draft_cannot_be_launched(models: Path, tmp_path: Path) -> None:
+    """`plan --speculative eagle3` without --draft-model plans with the usual head; `launch` needs the draft vLLM
+    loads: a one-line refusal naming --draft-model, before anything is written."""
+    planned = _cli("plan", str(models / "tiny-llama"), "--hardware", "910B3x8", "--speculative", "eagle3", "--json")
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout)["speculative"]["draft"]["assumed"] is True
+    out = tmp_path / "never"
+    proc = _cli("launch", str(models / "tiny-llama"), "--hardware", "910B3x8", "--speculative", "eagle3",
+                "--dry-run", "--output", str(out))
+    assert proc.returncode == 3 and "--draft-model DIR" in proc.stderr, proc.stderr  # bad input: exit 3
+    assert proc.stderr.count("\n") <= 2 and "Traceback" not in proc.stderr and not out.exists()

@@ -28,9 +28,12 @@ from npuops.plan.quantization import (
 from npuops.plan.speculative import (
     capture_sizes_for,
     eagle3_head_parameters,
+    eagle_head_parameters,
     expected_acceptance,
     parse_speculative,
+    require_draft_on_disk,
     spec_methods,
+    usual_draft_head,
 )
 from npuops.plan.target import parse_hardware_spec
 from tests.support.npuops_cli import npuops as run_cli
@@ -200,7 +203,7 @@ def test_an_older_release_gets_the_older_mtp_name() -> None:
 
 @pytest.mark.parametrize(("model", "options", "message"), [
     ("qwen3-8b", {"speculative": "mtp"}, "ships no MTP layers"),
-    ("qwen3-8b", {"speculative": "eagle3"}, "--draft-model"),
+    ("qwen3-8b", {"speculative": "draft_model"}, "--draft-model"),  # a draft model has no usual shape
     ("qwen3-8b", {"speculative": "ngram:16"}, "K + 1 <= 16"),
     ("qwen3-8b", {"speculative": "suffix", "vllm_ascend_version": "0.11.0"}, "needs vllm-ascend 0.13.0"),
     ("qwen3-8b", {"speculative": "medusa:x"}, "whole number"),
@@ -381,3 +384,43 @@ def test_the_draft_model_flag_through_the_cli() -> None:
     assert plan["config"]["speculative_config"] == {"method": "draft_model", "num_speculative_tokens": 3,
                                                     "model": "Qwen/Qwen3-8B"}
     assert any("catalog model" in w for w in plan["warnings"])
+
+
+def test_eagle3_without_a_draft_on_disk_plans_with_the_usual_head() -> None:
+    """A capacity plan made before the draft is downloaded: EAGLE-3's usual head (one decoder layer of the target's
+    width, its own LM head over the target's vocabulary), said in the explanation, the warnings and --json. The real
+    head given later (AngelSlim's for Qwen3-8B, above) has the same layer; its 32000-row draft vocabulary is all
+    the difference."""
+    target = load_model("qwen3-8b")
+    plan = make_plan(target, A2, LOAD, PlanOptions(speculative="eagle3:3"))
+    spec = plan.speculative
+    assert spec is not None and spec.draft_model is None and spec.draft_layers == 1
+    assert spec.draft_assumed.startswith("no draft on disk: assumed the usual EAGLE-3 head")
+    assumed, _ = usual_draft_head("eagle3_head", target.arch)
+    assert spec.draft_weight_bytes == eagle3_head_parameters(assumed) * 2  # bfloat16
+    real = make_plan(target, A2, LOAD, PlanOptions(speculative="eagle3:3", draft=ModelSpec(
+        arch=arch_from_config(EAGLE3_QWEN3_8B), weight_bytes=None, weights_present=False, quantization=None,
+        path=None, served_name="AngelSlim/Qwen3-8B_eagle3")))
+    assert real.speculative is not None and not real.speculative.draft_assumed
+    assert spec.draft_weight_bytes - real.speculative.draft_weight_bytes == (151936 - 32000) * 4096 * 2
+    assert spec.draft_kv_bytes_per_token == real.speculative.draft_kv_bytes_per_token
+    assert "no draft on disk" in plan.explanation("speculative_config").why
+    assert any("a launch needs the draft itself" in w for w in plan.warnings)
+    draft = plan.to_json()["speculative"]["draft"]
+    assert draft["assumed"] is True and draft["what"] == spec.draft_assumed and draft["model"] is None
+    assert real.to_json()["speculative"]["draft"]["assumed"] is False
+    with pytest.raises(BadInputError, match="--draft-model DIR"):
+        require_draft_on_disk(spec)
+    require_draft_on_disk(real.speculative)
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-30b-a3b", "llama-3.1-70b"])
+def test_the_usual_eagle_heads_grow_with_the_target_and_keep_its_width(name: str) -> None:
+    """EAGLE-1's head shares the target's LM head, EAGLE-3's has its own: for one target EAGLE-3's is the larger by
+    the vocabulary rows and the fused input; both are one layer of the target's width."""
+    arch = load_model(name).arch
+    eagle3, _ = usual_draft_head("eagle3_head", arch)
+    eagle, what = usual_draft_head("eagle_head", arch)
+    assert eagle3.hidden_size == eagle.hidden_size == arch.hidden_size and eagle3.num_layers == 1
+    assert eagle3.intermediate_size > 0 and "sharing its LM head" in what
+    assert eagle3_head_parameters(eagle3) > eagle_head_parameters(eagle) + arch.vocab_size * arch.hidden_size
