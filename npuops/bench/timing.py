@@ -12,11 +12,12 @@ exports none) the only check left is the hardware's: a TPOT below the fastest st
 cannot be a decode step, and such a bench times nothing.
 
 An endpoint that streams N tokens a chunk (vLLM's --stream-interval N, which a plan sets where tokens come faster
-than a reader needs them) has the client time one gap per chunk, and its TTFT waits for the first chunk with text: a
-first token that decodes to nothing yet (part of a UTF-8 character, or a special token) moves the client's TTFT N
-tokens on, and a short reply in two chunks leaves no gap at all (a CI run's 16-token replies at N = 16: median ITL
-and TPOT 0.00 ms). So there the engine's histograms time the steps whenever the endpoint exports them; without
-them the client's ITL is its gap over N, a token's share.
+than a reader needs them) has the client time one gap per chunk: its ITL is that gap over N, a token's share. Its
+TTFT and TPOT still time the steps (the first token goes alone), except where the first token decodes to no text
+yet (part of a UTF-8 character): then a short reply arrives in one chunk and the client's TPOT is ~0 (a CI run's
+16-token replies at N = 16: median ITL and TPOT 0.00 ms), which is a burst like any other, and the engine's
+figures time the bench. (Taking the engine's means whenever N > 1 was tried and is wrong: its mean TTFT is a
+different figure from the client's median, a third of it on a CI run's small-model bench.)
 """
 
 from __future__ import annotations
@@ -62,15 +63,13 @@ def choose_timing(measured: ServeFigures, engine: dict[str, EngineLatency] | Non
     client["itl"] /= max(stream_interval, 1)
     if engine is not None and all(m in engine for m in TIMED):
         engine_tpot = engine["tpot"].mean_ms
-        if stream_interval > 1:
-            why = (f"the endpoint streams {stream_interval} tokens a chunk (--stream-interval): the client sees one "
-                   "gap per chunk")
-        elif client["tpot"] < BURST_SHARE * engine_tpot:
-            why = (f"median TPOT {client['tpot']:.2f} ms at the client, {engine_tpot:.2f} ms in the engine's own "
-                   "histogram: the stream delivered its tokens in bursts (the API server fell behind the engine)")
-        else:
+        if client["tpot"] >= BURST_SHARE * engine_tpot:
             return StreamTiming(CLIENT, client["ttft"], client["tpot"], client["itl"], True, None)
-        note = f"{why}, so TTFT, TPOT and ITL are the engine's (means over the bench, from its /metrics)"
+        cause = (f"the endpoint streams {stream_interval} tokens a chunk and the API server fell behind the engine"
+                 if stream_interval > 1 else "the API server fell behind the engine")
+        note = (f"median TPOT {client['tpot']:.2f} ms at the client, {engine_tpot:.2f} ms in the engine's own "
+                f"histogram: the stream delivered its tokens in bursts ({cause}), so TTFT, TPOT and ITL are the "
+                "engine's (means over the bench, from its /metrics)")
         return StreamTiming(ENGINE, engine["ttft"].mean_ms, engine_tpot, engine["itl"].mean_ms, True, note)
     if limits is not None:
         # Per output token: a speculative step yields up to 1 + K tokens.
