@@ -90,7 +90,7 @@ def _fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
 
 def _figures_table(report: dict[str, Any]) -> str:
     """The client's figures, the engine's own means beside them, the prediction and measured/predicted (of the
-    figures the timing chose: the engine's when the stream came in bursts, marked *)."""
+    figures the timing chose: the engine's when the client's stream could not time the steps, marked *)."""
     measured, predicted = report["measured"], report.get("predicted") or {}
     ratios, engine = report.get("ratios") or {}, report.get("engine") or {}
     from_engine = (report.get("timing") or {}).get("source") == ENGINE

@@ -102,8 +102,8 @@ class Trial:
     measured: dict[str, float] | None = None
     error: str | None = None
     slo_violations: list[str] = field(default_factory=list)
-    # Why the bench's TTFT and TPOT are the engine's own (a stream in bursts), or why nothing timed the engine's
-    # steps (timed False: not stored as a calibration sample); None for a steady stream.
+    # Why the bench's TTFT and TPOT are the engine's own (a stream in bursts or in chunks), or why nothing timed
+    # the engine's steps (timed False: not stored as a calibration sample); None for a steady stream.
     stream_note: str | None = None
     timed: bool = False
 
@@ -205,8 +205,8 @@ def expected(candidate: Candidate, predicted: dict[str, float], tried: list[Tria
 
 
 def _measured(report: dict[str, Any]) -> dict[str, float]:
-    """A trial's figures: TTFT and TPOT as the bench's timing chose them (the engine's when the stream came in
-    bursts), the rest from the client."""
+    """A trial's figures: TTFT and TPOT as the bench's timing chose them (the engine's when the client's stream
+    could not time the steps), the rest from the client."""
     m, timing = report["measured"], report["timing"]
     return {"output_tokens_per_s": float(m["output_throughput"]),
             "ttft_ms": float(timing["ttft_ms"]), "tpot_ms": float(timing["tpot_ms"]),

@@ -49,7 +49,8 @@ def bench_headline(report: dict[str, Any]) -> dict[str, Any] | None:
         measured = report["measured"]
         latency = measured["latency"]
         ratios = report.get("ratios") or {}
-        # The figures the bench's ratios are of: the engine's own when the client's stream came in bursts (a bench
+        # The figures the bench's ratios are of: the engine's own when the client's stream could not time the steps (in
+        # bursts, or several tokens a chunk; a bench
         # kept by an npuops before that choice has the client's medians alone).
         timing = report.get("timing") or {"source": "client", "ttft_ms": latency["ttft"]["median_ms"],
                                            "tpot_ms": latency["tpot"]["median_ms"]}
@@ -75,7 +76,7 @@ def render_bench_headline(headline: dict[str, Any]) -> str:
         value = headline.get(key)
         return f" ({value:.2f}x predicted)" if isinstance(value, (int, float)) else ""
 
-    whose = " (the engine's: the stream came in bursts)" if headline.get("figures") == "engine" else ""
+    whose = " (the engine's own histograms)" if headline.get("figures") == "engine" else ""
     ttft = headline.get("ttft_ms", headline["median_ttft_ms"])
     tpot = headline.get("tpot_ms", headline["median_tpot_ms"])
     return (f"{when} ({load['num_prompts']} x {load['input_len']}/{load['output_len']} tokens, "

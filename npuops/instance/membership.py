@@ -68,11 +68,6 @@ class ClusterMembership:
     def is_ray(self) -> bool:
         return self.strategy == STRATEGY_RAY
 
-    @property
-    def own_node(self) -> ClusterNode | None:
-        """This host among the group's nodes (its rank's), or None for a record whose rank is out of range."""
-        return self.nodes[self.rank] if 0 <= self.rank < len(self.nodes) else None
-
     def to_json(self) -> dict[str, Any]:
         """The record's `cluster` object; the Ray keys only under Ray."""
         data: dict[str, Any] = {"group": self.group, "strategy": self.strategy,

@@ -198,7 +198,9 @@ def probe_ray_cluster(cluster: ClusterMembership, *, timeout_s: float = _PROBE_T
     if isinstance(auth, str):
         return replace(unknown, error=auth)
     try:
-        done = _run_driver(cluster, auth, RAY_NODES_SCRIPT, (address,), timeout_s)
+        # The token goes through the environment, never the command line.
+        done = subprocess.run([python, "-c", RAY_NODES_SCRIPT, address], capture_output=True, text=True,
+                              timeout=timeout_s, check=False, env={**_probe_env(), **auth})
     except FileNotFoundError:
         return replace(unknown, error=f"{python} does not exist (the Ray venv of the instance)")
     except subprocess.TimeoutExpired:
@@ -212,14 +214,6 @@ def probe_ray_cluster(cluster: ClusterMembership, *, timeout_s: float = _PROBE_T
     except RayNodesError as exc:
         return replace(unknown, error=str(exc))
     return replace(cluster_state(expected, nodes, cluster.ray_resources or None), address=address)
-
-
-def _run_driver(cluster: ClusterMembership, auth: Mapping[str, str], script: str, args: Sequence[str],
-                timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """A short-lived Ray driver in the instance's Ray venv. The token goes through the environment, never the command
-    line. Raises OSError (no interpreter) and subprocess.TimeoutExpired."""
-    return subprocess.run([ray_python(cluster.ray_command), "-c", script, *args], capture_output=True, text=True,
-                          timeout=timeout_s, check=False, env={**_probe_env(), **auth})
 
 
 def _probe_env() -> dict[str, str]:
@@ -275,8 +269,9 @@ def find_stopped_workers(cluster: ClusterMembership, *, timeout_s: float = 30.0)
     if isinstance(auth, str):
         return []
     try:
-        done = _run_driver(cluster, auth, RAY_STOPPED_SCRIPT, (cluster.ray_address or "", str(timeout_s)),
-                           timeout_s + _PROBE_TIMEOUT_S)
+        done = subprocess.run([ray_python(cluster.ray_command), "-c", RAY_STOPPED_SCRIPT, cluster.ray_address or "",
+                               str(timeout_s)], capture_output=True, text=True, timeout=timeout_s + _PROBE_TIMEOUT_S,
+                              check=False, env={**_probe_env(), **auth})
         return parse_stopped_workers(done.stdout, cluster.nodes) if done.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, RayNodesError):
         return []

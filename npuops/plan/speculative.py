@@ -141,10 +141,9 @@ def _release_name(method: SpecMethod, release: str | None) -> str:
                         f"use --vllm-ascend-version {first} or later, or drop --speculative")
 
 
-def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, kv_dtype_bytes: float,
-                 assumed: ModelArch | None = None) -> tuple[int, int, int]:
-    """(layers per draft forward, draft weight bytes, draft KV bytes per token); `assumed`: the usual head a plan
-    without --draft-model takes (usual_draft_head)."""
+def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, kv_dtype_bytes: float
+                 ) -> tuple[int, int, int]:
+    """(layers per draft forward, draft weight bytes, draft KV bytes per token)."""
     arch = model.arch
     if method.draft == "mtp_head":
         per_layer = mtp_layer_parameters(arch)
@@ -157,10 +156,10 @@ def _draft_sizes(method: SpecMethod, model: ModelSpec, draft: ModelSpec | None, 
         if is_eagle3_head(d) and draft.weight_bytes_source == "architecture":
             weights = int(eagle3_head_parameters(d) * dtype_bytes(d.torch_dtype))
         return d.num_layers, weights, kv_bytes_per_token(d, kv_dtype_bytes)
-    if method.draft == "model" and assumed is not None:
-        count = eagle3_head_parameters(assumed) if is_eagle3_head(assumed) else eagle_head_parameters(assumed)
-        return (assumed.num_layers, int(count * dtype_bytes(assumed.torch_dtype)),
-                kv_bytes_per_token(assumed, kv_dtype_bytes))
+    if method.draft == "model" and method.usual_draft:
+        head, _ = usual_draft_head(method.usual_draft, arch)
+        count = eagle3_head_parameters(head) if is_eagle3_head(head) else eagle_head_parameters(head)
+        return head.num_layers, int(count * dtype_bytes(head.torch_dtype)), kv_bytes_per_token(head, kv_dtype_bytes)
     return 0, 0, 0
 
 
@@ -258,14 +257,14 @@ def plan_speculative(model: ModelSpec, *, npu: bool, release: str | None, asked:
     if acceptance is not None and not 0.0 < acceptance <= 1.0:
         raise BadInputError(f"--spec-acceptance {acceptance} is not a rate", "give a number in (0, 1], e.g. 0.7")
     rate = acceptance if acceptance is not None else expected_acceptance(method.acceptance, tokens)
-    head, assumed = (usual_draft_head(method.usual_draft, model.arch) if method.draft == "model" and draft is None
-                     else (None, ""))
-    layers, weights, kv = _draft_sizes(method, model, draft, kv_dtype_bytes, head)
+    layers, weights, kv = _draft_sizes(method, model, draft, kv_dtype_bytes)
     parallel = method.parallel or (method.draft == "model" and draft is not None and draft.arch.parallel_draft)
     return SpeculativePlan(method=name, config_method=config_name, num_tokens=tokens, draft_model=_draft_ref(draft),
                            acceptance=rate, acceptance_source="flag" if acceptance is not None else "default",
                            draft_layers=layers, draft_weight_bytes=weights, draft_kv_bytes_per_token=kv,
-                           why=method.why, chosen_by_plan=chosen, parallel=parallel, draft_assumed=assumed)
+                           why=method.why, chosen_by_plan=chosen, parallel=parallel,
+                           draft_assumed=usual_draft_head(method.usual_draft, model.arch)[1]
+                           if method.draft == "model" and draft is None else "")
 
 
 def require_draft_on_disk(spec: SpeculativePlan | None) -> None:

@@ -90,7 +90,7 @@ def peer_group(record: InstanceRecord) -> PeerGroup | None:
     cluster = record.cluster
     if cluster is None:
         return None
-    own = cluster.own_node
+    own = cluster.nodes[cluster.rank] if 0 <= cluster.rank < len(cluster.nodes) else None
     peers = tuple(PeerHost(n.name, n.address, npu_ips=dict(n.npu_ips)) for i, n in enumerate(cluster.nodes)
                   if i != cluster.rank)
     return PeerGroup(peers, own.ifname or None if own else None, dict(own.npu_ips) if own else {})

@@ -129,8 +129,8 @@ class Supervisor:
         self._cluster_problem = ""
         self._chips_checked = -1e9
         self._chip_problem: str | None = None
-        serving_engine = bool(record.watchdog_s) and record.runs_engine and record.serves_api
-        self._stall = StallWatch(float(record.watchdog_s)) if serving_engine else None
+        self._stall = StallWatch(float(record.watchdog_s)) if record.watchdog_s and record.runs_engine and \
+            record.serves_api else None
         self._stopped_since: float | None = None
         # A multi-node engine's probe completion: when the unanswered one was sent, and when the last one was.
         self._probe_sent_at: float | None = None
@@ -559,8 +559,9 @@ class Supervisor:
 
     def _host_name(self) -> str:
         """This host's name in its group (the inventory's), or "this host"."""
-        own = self.record.cluster.own_node if self.record.cluster is not None else None
-        return own.name if own is not None else "this host"
+        cluster = self.record.cluster
+        names = [n.name for n in cluster.nodes] if cluster is not None else []
+        return names[cluster.rank] if cluster is not None and 0 <= cluster.rank < len(names) else "this host"
 
     def _facts(self) -> dict[str, str]:
         hosts = {f"host:{n.address}": n.name for n in self.record.cluster.nodes} if self.record.cluster else {}

@@ -164,7 +164,7 @@ def test_the_report_shows_the_engines_figures_beside_the_clients_and_says_which_
     headline = bench_headline(_report(_bursty(RESULT.read_text()), engine))
     assert headline is not None and headline["figures"] == ENGINE and headline["median_tpot_ms"] == 0.0
     line = render_bench_headline(headline)
-    assert "TPOT 3.29 ms" in line and "(the engine's: the stream came in bursts)" in line
+    assert "TPOT 3.29 ms" in line and "(the engine's own histograms)" in line
 
 
 def test_the_hosts_bandwidth_is_kept_with_the_calibration(tmp_path: Path) -> None:
