@@ -11,8 +11,8 @@ over the stored samples; throughput and end-to-end latency follow from them thro
 The geometric mean keeps one odd bench from dominating and treats a 2x too slow and a 2x too fast alike. Only the
 newest samples per node and stack are kept (a tune stores one per trial), so an old stack's benches age out.
 
-The same file keeps a CPU host's measured memory bandwidth (the roofline a bench sets its decode step against),
-measured once by the first bench of the host.
+The same file keeps a CPU host's measured memory bandwidth (the roofline a bench sets its decode step against)
+and its dense matmul rate by dtype (the prefill's), each measured once by the first plan or bench of the host.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from npuops.atomic import write_text_atomic
 from npuops.errors import BadInputError
+from npuops.hardware.matmul_rate import MeasuredMatmul
 from npuops.plan.performance import CalibrationFactors, PerfInputs, predict
 
 CALIBRATION_FILE = "calibration.json"
@@ -79,6 +80,7 @@ class CalibrationSample:
 
 
 HOST_BANDWIDTH_KEY = "host_memory_bandwidth"
+HOST_MATMUL_KEY = "host_matmul_rate"
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,18 @@ class CalibrationStore:
     def keep_host_bandwidth(self, hardware: str, measured: HostBandwidth) -> None:
         data = self._read()
         self._write({**data, HOST_BANDWIDTH_KEY: {**data.get(HOST_BANDWIDTH_KEY, {}), hardware: measured.to_json()}})
+
+    def host_matmul(self, hardware: str) -> MeasuredMatmul | None:
+        """The dense matmul rates measured on this CPU host (its prefill's roofline), when they were."""
+        entry = self._read().get(HOST_MATMUL_KEY, {}).get(hardware)
+        try:
+            return MeasuredMatmul.from_json(entry) if entry is not None else None
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise self._not_ours(exc) from None
+
+    def keep_host_matmul(self, hardware: str, measured: MeasuredMatmul) -> None:
+        data = self._read()
+        self._write({**data, HOST_MATMUL_KEY: {**data.get(HOST_MATMUL_KEY, {}), hardware: measured.to_json()}})
 
     def hardware_benched(self, hardware: str) -> bool:
         return any(s.hardware == hardware for s in self.samples())

@@ -242,7 +242,7 @@ def _cpu_split(target: HardwareTarget, shape: PdShape) -> tuple[HardwareTarget, 
 
     def share(count: int, cpus: int) -> HardwareTarget:
         return cpu_target(ram * count // engines, cpus, numa, memory_bandwidth_bytes_per_s=target.bandwidth_bytes_per_s,
-                          flops_per_s=target.flops_per_s, features=target.cpu_features)
+                          flops_per_s=target.flops_per_s, features=target.cpu_features, matmul=target.cpu_matmul)
 
     prefill_cores = max(shape.prefill, cores * shape.prefill // engines)
     return share(shape.prefill, prefill_cores), share(shape.decode, cores - prefill_cores)

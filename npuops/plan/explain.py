@@ -143,7 +143,7 @@ def _cpu_rates(plan: Plan) -> Iterator[Explanation]:
     if target.kind != "cpu":
         return
     c = perf_constants()
-    peak = cpu_peak(target.cpu_features, target.cpu_count or 1, str(plan.server.dtype), c)
+    peak = cpu_peak(target.cpu_features, target.cpu_count or 1, str(plan.server.dtype), c, target.cpu_matmul)
     flops = peak.flops_per_s if peak is not None else (target.cpu_count or 1) * c.cpu_flops_per_core
     bandwidth = target.bandwidth_bytes_per_s or c.cpu_memory_bandwidth_bytes_per_s
     compute = (f"{peak.describe()}, of which prefill reaches {c.prefill_mfu:g} and batched decode "
@@ -151,6 +151,9 @@ def _cpu_rates(plan: Plan) -> Iterator[Explanation]:
                f"{c.cpu_flops_per_core / 1e9:g} GFLOP/s a CPU (the node model names no CPU flags)")
     memory = ("the bandwidth measured once on this host and kept" if target.bandwidth_bytes_per_s else
               "the bandwidth is the shared constant (nothing measured is kept for this host)")
+    if target.cpu_matmul is None:
+        # Hosts with the same flags differ ~3x (npuops/hardware/matmul_rate.py): say what would make it sure.
+        compute += " (no matmul timed on this host yet: the serving stack's torch times one, at the next plan)"
     yield Explanation("performance.cpu_rates", f"{flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s",
                       f"{compute}; {memory}")
 

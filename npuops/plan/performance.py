@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from npuops.hardware.cpu_features import CpuFeatures
+from npuops.hardware.matmul_rate import MeasuredMatmul
 from npuops.plan.constants import PerfConstants, perf_constants
 from npuops.plan.model import ModelArch, count_parameters, routed_weight_share
 
@@ -166,31 +167,43 @@ def _device_rates(p: PerfInputs, c: PerfConstants) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class CpuPeak:
-    """The CPU engine's peak rate in one dtype and what it is made of (perf_model.toml [performance.cpu])."""
+    """The CPU engine's peak rate in one dtype and what it is made of: the dense matmul rate measured on the host
+    (npuops/hardware/matmul_rate.py), else cores x clock x FLOPs a cycle (perf_model.toml [performance.cpu])."""
 
     cores: int
     ghz: float
     flops_per_cycle: float
     unit: str  # the instructions that set flops_per_cycle: a native bfloat16 flag, a vector unit, "emulated ..."
     clock_known: bool
+    measured_flops_per_s: float | None = None
+    measured_how: str = ""
 
     @property
     def flops_per_s(self) -> float:
+        if self.measured_flops_per_s is not None:
+            return self.measured_flops_per_s
         return self.cores * self.ghz * 1e9 * self.flops_per_cycle
 
     def describe(self) -> str:
         """How the peak is made, without the peak itself (which the caller shows once, where it belongs)."""
+        if self.measured_flops_per_s is not None:
+            return f"a matmul's rate measured on this host ({self.measured_how})"
         clock = f"{self.ghz:g} GHz" + ("" if self.clock_known else " (assumed: cpuinfo names no clock)")
         cores = f"{self.cores} core{'s' * (self.cores != 1)}"
         return f"{cores} x {clock} x {self.flops_per_cycle:g} FLOPs a cycle ({self.unit})"
 
 
-def cpu_peak(features: CpuFeatures | None, cpus: int, dtype: str, c: PerfConstants | None = None) -> CpuPeak | None:
-    """The CPU engine's peak in `dtype` on `cpus` allowed CPUs: cores (SMT siblings share one core's vector units)
-    x clock x FLOPs per cycle; None without CPU facts (the model then takes flops_per_core per CPU)."""
-    if features is None:
-        return None
+def cpu_peak(features: CpuFeatures | None, cpus: int, dtype: str, c: PerfConstants | None = None,
+             matmul: MeasuredMatmul | None = None) -> CpuPeak | None:
+    """The CPU engine's peak in `dtype` on `cpus` allowed CPUs: the host's measured matmul rate where it was
+    measured (two hosts with the same flags differ ~3x), else cores (SMT siblings share one core's vector units)
+    x clock x FLOPs per cycle; None with neither (the model then takes flops_per_core per CPU)."""
     c = c or perf_constants()
+    measured = matmul.rate(dtype, cpus) if matmul is not None else None
+    if features is None:
+        if measured is None:
+            return None
+        return CpuPeak(cpus, c.cpu_default_ghz, 0.0, "", False, measured, matmul.how if matmul else "")
     cores = max(1, cpus // max(1, features.threads_per_core))
     vector = features.vector_isa
     per_cycle, unit = c.cpu_flops_per_cycle_float32[vector], f"{vector}, float32"
@@ -200,12 +213,13 @@ def cpu_peak(features: CpuFeatures | None, cpus: int, dtype: str, c: PerfConstan
             per_cycle, unit = c.cpu_flops_per_cycle_bfloat16[native], f"{native}, bfloat16"
         else:
             per_cycle, unit = per_cycle * c.cpu_emulated_bfloat16_factor, f"{vector}, bfloat16 widened to float32"
-    return CpuPeak(cores, features.ghz or c.cpu_default_ghz, per_cycle, unit, features.ghz is not None)
+    return CpuPeak(cores, features.ghz or c.cpu_default_ghz, per_cycle, unit, features.ghz is not None, measured,
+                   matmul.how if matmul is not None else "")
 
 
-def cpu_peak_flops_per_s(features: CpuFeatures | None, cpus: int, dtype: str,
-                         c: PerfConstants | None = None) -> float | None:
-    peak = cpu_peak(features, cpus, dtype, c)
+def cpu_peak_flops_per_s(features: CpuFeatures | None, cpus: int, dtype: str, c: PerfConstants | None = None,
+                         matmul: MeasuredMatmul | None = None) -> float | None:
+    peak = cpu_peak(features, cpus, dtype, c, matmul)
     return peak.flops_per_s if peak is not None else None
 
 

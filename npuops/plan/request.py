@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from npuops.errors import EnvironmentMissingError
 from npuops.hardware.host import HostFacts, read_host_facts
+from npuops.hardware.matmul_rate import MeasuredMatmul
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import read_python_stack
@@ -53,6 +54,26 @@ def host_memory_bandwidth(settings: Settings, label: str, cpus: int, *, measure:
     return kept
 
 
+def host_matmul_rates(settings: Settings, label: str, *, measure: bool = True,
+                      progress: Callable[[str], None] | None = None) -> MeasuredMatmul | None:
+    """This CPU host's dense matmul rates by dtype (the CPU engine's prefill roofline): kept with the node's
+    calibration under the target's label, else measured now in the serving stack's interpreter, once, and kept.
+    None where nothing is kept and the stack cannot measure (no torch yet: the next plan tries again)."""
+    store = CalibrationStore(settings.state_dir)
+    kept = store.host_matmul(label)
+    if kept is not None or not measure:
+        return kept
+    from npuops.hardware.matmul_rate import measure_matmul_rates
+
+    if progress is not None:
+        progress("timing a matmul once in the serving stack (the CPU engine's prefill roofline) ...")
+    outcome = measure_matmul_rates(Probe(settings))
+    if outcome.measured is not None:
+        with contextlib.suppress(OSError):
+            store.keep_host_matmul(label, outcome.measured)
+    return outcome.measured
+
+
 def node_target(node: Node, nodes: int = 1, devices: str | None = None) -> HardwareTarget:
     """A target from a node model: its first chip's name, its chip count, and the memory npu-smi reports per chip
     (HBM, or the device memory of a 310P); a chip that reports no memory (0 MB) is planned with its catalog size."""
@@ -76,7 +97,9 @@ def resolve_target(settings: Settings, request: PlanRequest, *, node: Node | Non
         # facts (a group's first host) get the bandwidth kept for hosts of its kind, else the shared constant.
         target = host_target(host or read_host_facts(Probe(settings)), request.nodes)
         bandwidth = host_memory_bandwidth(settings, target.label, target.cpu_count or 1, measure=host is None)
-        return replace(target, bandwidth_bytes_per_s=bandwidth.bytes_per_s) if bandwidth else target
+        matmul = host_matmul_rates(settings, target.label, measure=host is None)
+        return replace(target, bandwidth_bytes_per_s=bandwidth.bytes_per_s if bandwidth else None,
+                       cpu_matmul=matmul)
     if hardware == "auto":
         return node_target(node or discover_node(Probe(settings)), request.nodes, request.devices)
     return parse_hardware_spec(request.hardware, nodes=request.nodes, devices=request.devices)

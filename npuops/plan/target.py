@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from npuops.errors import BadInputError
 from npuops.hardware.chips import ChipSpec, chip_by_name, chip_catalog
 from npuops.hardware.cpu_features import CpuFeatures
+from npuops.hardware.matmul_rate import MeasuredMatmul
 from npuops.plan.inputs import MAX_NODES
 from npuops.ranges import parse_device_list
 
@@ -33,6 +34,9 @@ class HardwareTarget:
     # What the host's CPU computes fast (its flags, cores, clock): the CPU engine's dtype and peak rate; None where
     # the node model did not say (an older sender).
     cpu_features: CpuFeatures | None = None
+    # The host's dense matmul rate by dtype, measured once (npuops/hardware/matmul_rate.py): the CPU engine's
+    # prefill roofline where it was measured, in place of the flags' peak.
+    cpu_matmul: MeasuredMatmul | None = None
 
     @property
     def family(self) -> str:
@@ -162,6 +166,7 @@ def cpu_target(
     memory_bandwidth_bytes_per_s: float | None = None,
     flops_per_s: float | None = None,
     features: CpuFeatures | None = None,
+    matmul: MeasuredMatmul | None = None,
 ) -> HardwareTarget:
     """vLLM's CPU engine on this machine: it binds to one NUMA node, so one node's RAM is the device memory."""
     if total_ram_bytes <= 0 or cpu_count <= 0 or numa_nodes <= 0:
@@ -186,4 +191,5 @@ def cpu_target(
         numa_nodes=numa_nodes,
         total_ram_bytes=total_ram_bytes,
         cpu_features=features,
+        cpu_matmul=matmul,
     )

@@ -1,7 +1,7 @@
 """The plan's own figures for the small model on this host, before any calibration, against a bench of that plan.
 
 `npuops plan` for a benchmark's load (every request exactly its lengths) predicts from the node model alone: the
-CPU's cores, clock and flags (bfloat16 where it computes it natively) and the memory bandwidth it measures once. The
+CPU's flags (bfloat16 where it computes it natively), and the matmul rate and memory bandwidth it measures once. The
 same request is launched as planned (its dtype, compiled unless a fast start is asked for) under npuops' supervisor,
 and `npuops bench` measures it with vLLM's `vllm bench serve`. Each figure the plan gives — output tokens/s, median
 TTFT and median TPOT (the bench's choice of client or engine timing) — is within 2x of what was measured.
@@ -39,6 +39,9 @@ def test_the_small_models_plan_predicts_its_bench_within_2x(engine_python: Path,
         # What this host makes fast, chosen without a flag: compiled, in the dtype its flags allow.
         assert plan["config"]["enforce_eager"] is False
         rates = next(e for e in plan["explanations"] if e["key"] == "performance.cpu_rates")
+        # The prefill's roofline is the matmul rate timed in the engine venv's torch, the decode's the bandwidth
+        # measured here: two hosts with the same flags differ ~3x (npuops/hardware/matmul_rate.py).
+        assert "a matmul's rate measured on this host (torch " in rates["why"]
         assert "measured once on this host" in rates["why"]
         predicted = plan["prediction"]
         port = free_port()

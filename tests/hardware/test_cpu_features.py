@@ -14,6 +14,7 @@ CPUINFO = Path(__file__).resolve().parents[1] / "fixtures" / "cpuinfo"
 # file: (native bfloat16 flag, vector unit, threads per core, GHz)
 RECORDED = {
     "amd-epyc-kvm-avx512bf16-test-machine.txt": ("avx512_bf16", "avx512", 1, 2.596),
+    "amd-epyc-zen5-kvm-avx512bf16-test-machine.txt": ("avx512_bf16", "avx512", 1, 2.596),
     "xeon-platinum-8480c-amx.txt": ("amx_bf16", "avx512", 2, 2.0),
     "xeon-emerald-rapids-kvm-amx.txt": ("amx_bf16", "avx512", 1, 2.4),
     "xeon-silver-4510-kvm-avx512bf16-no-amx.txt": ("avx512_bf16", "avx512", 1, 2.4),

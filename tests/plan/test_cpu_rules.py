@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from npuops.hardware.matmul_rate import parse_measurement
 from npuops.plan.catalog import load_model
 from npuops.plan.inputs import PlanOptions, Workload
-from npuops.plan.performance import cpu_peak_flops_per_s
+from npuops.plan.performance import cpu_peak, cpu_peak_flops_per_s
 from npuops.plan.planner import make_plan
 from npuops.plan.target import cpu_target
 from tests.hardware.test_cpu_features import RECORDED, recorded
+from tests.hardware.test_matmul_rate import ZEN5_LINE
 
 
 def plan_dtype(name: str | None, model_dir: Path, **fixed: object) -> tuple[str, str]:
@@ -86,3 +88,27 @@ def test_float16_asked_on_the_cpu_gets_the_hosts_own_dtype_and_says_so(name: str
     assert f"planned {own} instead" in " ".join(plan.warnings)
     why = {e.key: e.why for e in plan.explanations}["dtype"]
     assert why.startswith("float16 asked, which the CPU engine runs slowly")
+
+
+def test_two_hosts_with_the_same_flags_plan_from_their_measured_rates(tiny_model_dir: Path) -> None:
+    # The Zen 4 and Zen 5 test machines name the same flags and clock: the flags alone give both one peak.
+    zen4 = recorded("amd-epyc-kvm-avx512bf16-test-machine.txt")
+    zen5 = recorded("amd-epyc-zen5-kvm-avx512bf16-test-machine.txt")
+    assert cpu_peak_flops_per_s(zen4, 2, "bfloat16") == cpu_peak_flops_per_s(zen5, 2, "bfloat16")
+    measured = parse_measurement(ZEN5_LINE, at=1.0)
+    peak = cpu_peak(zen5, 2, "bfloat16", matmul=measured)
+    assert peak is not None and peak.flops_per_s == measured.rates["bfloat16"]
+    assert peak.describe() == f"a matmul's rate measured on this host ({measured.how})"
+    # Without CPU facts (an older node model) the measured rate still stands.
+    assert cpu_peak_flops_per_s(None, 2, "float32", matmul=measured) == measured.rates["float32"]
+    model = load_model(str(tiny_model_dir))
+    workload = Workload(512, 32, concurrency=4, fixed_lengths=True)
+    flags = make_plan(model, cpu_target(16 * 2**30, 2, 1, features=zen5), workload)
+    timed = make_plan(model, cpu_target(16 * 2**30, 2, 1, features=zen5, matmul=measured), workload)
+    assert str(timed.server.dtype) == "bfloat16"
+    # The measured rate is ~3x the flags' figure here, so the same prompts prefill sooner.
+    assert timed.prediction.ttft_ms < flags.prediction.ttft_ms
+    rates = {e.key: e for e in timed.explanations}["performance.cpu_rates"]
+    assert rates.value.startswith("986 GFLOP/s") and "measured on this host" in rates.why
+    untimed = {e.key: e for e in flags.explanations}["performance.cpu_rates"]
+    assert "no matmul timed on this host yet" in untimed.why
