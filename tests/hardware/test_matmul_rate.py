@@ -19,20 +19,23 @@ from npuops.parsing import ParseError
 from npuops.plan.calibration import CalibrationStore
 from npuops.settings import Settings
 
-# The script's line on the Zen 5 test machine (2026-12-05, the engine venv's torch).
-ZEN5_LINE = ('{"torch": "2.13.0+cpu", "threads": 2, "shape": [512, 2048, 2048], "rates": {"float32": '
-             '218751435862.5092, "bfloat16": 986493011515.0254}}')
+# The script's line on the Zen 5 test machine (2026-12-05, the engine venv's torch, two busy loops beside it).
+ZEN5_LINE = ('{"torch": "2.13.0+cpu", "threads": 2, "cores": 2, "shape": [512, 2048, 2048], "rates": {"float32": '
+             '232390320524.06244, "bfloat16": 1023633716677.8766}, "all_threads": {"float32": 213414368493.04843, '
+             '"bfloat16": 796600347693.8112}, "one_thread": {"float32": 116195160262.03122, "bfloat16": '
+             '511816858338.9383}}')
 
 
 def test_the_scripts_line_gives_the_rates_by_dtype_and_how() -> None:
     measured = parse_measurement("a warning torch printed\n" + ZEN5_LINE + "\n", at=0.0)
-    assert measured.rates == {"float32": 218751435862.5092, "bfloat16": 986493011515.0254}
+    assert measured.rates == {"float32": 232390320524.06244, "bfloat16": 1023633716677.8766}
     assert measured.threads == 2
-    assert measured.how == "torch 2.13.0+cpu linear 512x2048->2048, 2 threads, best of 5"
+    assert measured.how == ("torch 2.13.0+cpu linear 512x2048->2048 by CPU time: 2 threads, or one thread x 2 "
+                            "cores, best of 5")
     # A share of the host (a prefill/decode pool's engine) gets its share of the rate.
-    assert measured.rate("bfloat16", 1) == pytest.approx(986493011515.0254 / 2)
+    assert measured.rate("bfloat16", 1) == pytest.approx(1023633716677.8766 / 2)
     assert measured.rate("float16", 2) is None
-    assert measured.describe("bfloat16").startswith("986 GFLOP/s measured on this host 1970-01-01 (torch 2.13.0")
+    assert measured.describe("bfloat16").startswith("1024 GFLOP/s measured on this host 1970-01-01 (torch 2.13")
 
 
 @pytest.mark.parametrize("text", [
