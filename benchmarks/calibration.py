@@ -1,6 +1,6 @@
 """Predicted versus published: the performance model of `npuops plan` against every published anchor (ANCHORS,
 C1-C10, each with its source above the table), then against published speculative and quantized configurations
-(SPEC_QUANT_ANCHORS, S-rows).
+(SPEC_QUANT_ANCHORS, S-rows), then against long prompts at high concurrency (LONG_ANCHORS, L-rows).
 
 Run: `python benchmarks/calibration.py` (from the repository root). Each anchor is planned with make_plan on the
 published hardware, parallel size and vllm-ascend release (and the source's graph mode, draft model, quantization
@@ -449,6 +449,62 @@ SPEC_QUANT_ANCHORS: tuple[Anchor, ...] = (
 )
 
 
+# Sources, long prompts at high concurrency (the L rows; vllm-ascend = github.com/vllm-project/vllm-ascend): L1 and L2
+# the Qwen3-235B-A22B tutorial (docs/source/tutorials/models/Qwen3-235B-A22B.md, section 9.3) at commit 591f6450
+# (also 6944effd), both only on PR #10142's branch, not in the merged docs; L3 the MiniMax-M2.5 tutorial
+# (docs/source/tutorials/models/MiniMax-M2.5.md, "Performance Reference", commit fb8e22ec, PR #7296); L4 Alauda's
+# validated-model page docs/en/plan/validated_models/minimax-m2.5-w8a8.mdx (github.com/alauda/aml-docs, commit
+# db6f9cbd); L5 PR #8715's table (squash commit c97f3886), its workload and server from the xlite benchmark
+# scripts that print that table (openeuler-mirror/GVirt xlite/tests/e2e, the version of 2026-04-10). Searched and
+# not found: any published 310P / Atlas 300I Duo measurement at low concurrency with its lengths and figures in
+# text (vllm-ascend issues #5263, #1487, #14695 give approximate figures, #7394 and #10082 screenshots only; the
+# W8A8SC PRs #7075, #6454 and #11427 and the 310P tutorials publish none). vllm-ascend's nightly CI benchmark
+# configs and baselines are not used here either.
+def _l5(anchor_id: str, concurrency: int, published: tuple[float, float, float]) -> Anchor:
+    """vllm-ascend PR #8715 (Xlite W8A8, its "baseline-aclgraph" rows): Qwen3-30B-A3B-Instruct-2507-w8a8, "8K 输入,
+    1K 输出", vLLM v0.19.1 on main of 2026-05; mean TTFT, mean TPOT and output throughput as published."""
+    ttft, tpot, throughput = published
+    return Anchor(anchor_id, "qwen3-30b-a3b", "910B3x8", 8, "0.19.1rc1", 8192, 1024, concurrency,
+                  {"ttft_ms": ttft, "tpot_ms": tpot, "output_tokens_per_s": throughput},
+                  "hardware and server not in the PR: the xlite benchmark scripts that print its table run one A2 "
+                  "node (910B3) at TP8 with expert parallel, FULL_DECODE_ONLY, max-num-seqs 64, max-num-batched-"
+                  "tokens 65536, random 8192/1024 with a 20% range (so arriving staggered, not in waves), 10 "
+                  "prompts per slot; the checkpoint's w8a8 read as ModelSlim's W8A8",
+                  quantization="W8A8", max_num_seqs=64, max_num_batched_tokens=65536, graph_mode="full_decode_only")
+
+
+LONG_ANCHORS: tuple[Anchor, ...] = (
+    Anchor("L1", "qwen3-235b-a22b", "Ascend910x4", 4, "0.22.1rc1", 3584, 1536, 144,
+           {"ttft_ms": 4717.45, "tpot_ms": 48.69, "output_tokens_per_s": 2761.72},
+           "one Atlas 800I A3 as DP4 x TP4 + EP16 (experts over all 16 dies) read as four nodes of 4 dies: a plan's "
+           "replicas hold whole copies, and only a multi-node DP plan shares its experts over its ranks, whose "
+           "collectives are then RoCE's where the A3's are HCCS's; main of 2026-06 read as 0.22.1rc1; random "
+           "3584/1536 ignore-eos at rate 24 capped at 160, the table's 144 in flight, in waves (the cap is reached "
+           "in 7 s and fixed lengths finish together); W8A8 read as W8A8_DYNAMIC (ModelSlim's MoE scheme); "
+           "FULL_DECODE_ONLY, max-num-seqs 128 a rank, max-num-batched-tokens 16384; the page's command asks "
+           "800 prompts, its table says 720",
+           quantization="W8A8_DYNAMIC", max_num_seqs=128, max_num_batched_tokens=16384, fixed_lengths=True,
+           graph_mode="full_decode_only", nodes=4),
+    _skip("L2", "Qwen3-235B-A22B W8A8 over three A3 nodes as one prefill and two decode pools (PR #10142 branch): "
+          "a disaggregated deployment, which this table does not plan"),
+    Anchor("L3", "minimax-m2.5", "Ascend910x16", 16, "0.18.0", 4096, 1024, 16,
+           {"ttft_ms": 616.2, "tpot_ms": 31.92, "output_tokens_per_s": 492.39},
+           "one Atlas 800 A3, TP16 + EP16, the fp8 checkpoint served in bfloat16 (as the page says); '4k/1k@bs=16' "
+           "with 16 prompts read as one wave of 16 fixed 4096/1024 requests (no bench command is published); "
+           "FULL_DECODE_ONLY, max-num-seqs 32, max-num-batched-tokens 32768",
+           max_num_seqs=32, max_num_batched_tokens=32768, fixed_lengths=True, graph_mode="full_decode_only",
+           expert_parallel_size=16),
+    _skip("L4", "MiniMax-M2.5 W8A8 on two A2 nodes at ~8k in / 128 out, 8-32 in flight (Alauda): the prompts share a "
+          "system prompt the prefix cache serves in an unpublished share, so neither TTFT nor the prompt work "
+          "interleaved with decode is known"),
+    _l5("L5a", 16, (987.97, 36.11, 417.54)),
+    _l5("L5b", 32, (1798.55, 43.38, 692.45)),
+    _l5("L5c", 48, (2249.65, 57.51, 788.99)),
+    _skip("L6", "MiniMax-M2.5 W8A8 EAGLE-3 on A3, '3.5k/1k@bs=217' (PR #7919): 217 is the number of requests, and "
+          "the concurrency is not published"),
+)
+
+
 @dataclass(frozen=True)
 class Row:
     anchor: str
@@ -595,6 +651,12 @@ def main() -> int:
     _print_notes(SPEC_QUANT_ANCHORS)
     _print_summary(spec_rows)
     print(goal(spec_rows).line())
+    print("\nLong prompts at high concurrency (L-rows, not used to set any constant but the ones their notes in "
+          "perf_model.toml name):")
+    long_rows = all_rows(LONG_ANCHORS)
+    _print_rows(long_rows)
+    _print_notes(LONG_ANCHORS)
+    _print_summary(long_rows)
     return 0
 
 

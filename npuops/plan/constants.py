@@ -52,6 +52,8 @@ class PerfConstants:
     spec_forward_us: float = 0.0
     moe_prefill_token_us: float = 0.0
     linear_attention_prefill_token_us: float = 0.0
+    kv_bandwidth_efficiency: float = 0.7
+    moe_prefill_layer_us: float = 0.0
     cpu_spec_step_us: float = 0.0
     cpu_spec_host_us_per_seq: float = 0.0
     pd_transfer_bytes_per_s: float = 15e9
@@ -105,6 +107,8 @@ def _performance(raw: dict[str, Any]) -> PerfConstants:
         spec_forward_us=float(raw["spec_forward_us"]),
         moe_prefill_token_us=float(raw["moe_prefill_token_us"]),
         linear_attention_prefill_token_us=float(raw["linear_attention_prefill_token_us"]),
+        kv_bandwidth_efficiency=float(raw["kv_bandwidth_efficiency"]),
+        moe_prefill_layer_us=float(raw["moe_prefill_layer_us"]),
         cpu_spec_step_us=float(cpu["spec_step_us"]),
         cpu_spec_host_us_per_seq=float(cpu["spec_host_us_per_seq"]),
         pd_transfer_bytes_per_s=float(raw["pd_transfer_bytes_per_s"]),

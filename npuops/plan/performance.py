@@ -3,18 +3,21 @@
 The model (constants in npuops/data/perf_model.toml):
 
 * A decode step reads every weight on the device once, plus the KV cache of every running sequence, from
-  HBM: time = bytes / (bandwidth x efficiency). At large batch the matmuls turn compute-bound instead.
+  HBM: time = bytes / (bandwidth x efficiency), the KV's paged reads at an efficiency of their own. At large batch
+  the matmuls turn compute-bound instead.
 * MoE layers only read the experts the batch routes to; with expert parallelism each device holds whole experts
   and the step waits for the device the batch hits most. Weight-only int4 experts cost their dequantized size.
 * Prefill is compute-bound: 2 x active parameters x tokens, plus attention's 4 x layers x context x width,
-  over TP x FLOPS x MFU, plus a per-token cost of MoE routing and of linear-attention (Gated DeltaNet) layers.
+  over TP x FLOPS x MFU, plus a per-token cost of MoE routing and of linear-attention (Gated DeltaNet) layers, and
+  a fixed cost per MoE layer and prompt step.
 * Every step also pays a host/launch cost per layer that depends on the execution mode (eager, ACL piecewise
   graphs, FULL_DECODE_ONLY) and, with TP > 1, two all-reduces per layer whose latency grows with the group.
   This is why a TP8 decode step costs ~10 ms where bandwidth alone says ~1.3 ms (anchor C6 of
   benchmarks/calibration.py: vllm-ascend #6966).
 * With several requests in flight, chunked prefill interleaves the other requests' prompts with decode
   steps, so each step also carries (B - 1) x input/output prompt tokens: requests of mixed lengths arrive and finish
-  at random times, so a step of B running sequences carries on average the prompts of the ones that finished.
+  at random times, so a step of B running sequences carries on average the prompts of the ones that finished. Their
+  matmuls share the step's weight reads; their routing runs after them.
 * Requests of one fixed length in a closed loop (a benchmark: vLLM's random dataset with `--ignore-eos`, which
   `npuops bench` sends) do not interleave: they run in *waves* that start and finish together. Of each wave the
   first request is prefilled alone (it reaches an idle engine), the other B - 1 together in the next step, then all
@@ -356,24 +359,34 @@ def _draft_s(p: PerfInputs, batch: float, c: PerfConstants) -> float:
 def _verify_step_s(p: PerfInputs, batch: float, c: PerfConstants, interleave: bool) -> tuple[float, str]:
     """One forward step of `batch` sequences, each carrying 1 + K tokens (the drafts to verify)."""
     flops, bandwidth = _device_rates(p, c)
-    context = p.input_len + p.output_len / 2
     # Each sequence carries 1 + K tokens, each routed to its own experts.
-    bytes_read = _weights_read_per_step(p, batch * (1 + p.spec_tokens)) + batch * context * p.kv_bytes_per_token
+    weights = _weights_read_per_step(p, batch * (1 + p.spec_tokens))
     # Stages run one after another for a given token, so PP does not shorten the per-token path.
-    memory_s = p.pp * bytes_read / (bandwidth * c.bandwidth_efficiency)
+    memory_s = p.pp * (weights / (bandwidth * c.bandwidth_efficiency) + kv_read_s(p, batch, c))
     compute_s = _matmul_flops(p, batch * (1 + p.spec_tokens)) / (p.tp * flops * c.decode_mfu)
     interleaved_tokens = max(batch - 1.0, 0.0) * p.input_len / max(p.output_len, 1) if interleave else 0.0
     if p.max_num_batched_tokens:
         interleaved_tokens = min(interleaved_tokens, max(p.max_num_batched_tokens - batch, 0.0))
     # Interleaved prompt chunks ride in the same matmuls as the decode tokens: the step reads the weights once
     # and is bound by whichever of memory traffic and total compute is larger.
-    compute_s += (_prefill_time_flops(p, interleaved_tokens) / (p.tp * flops * c.prefill_mfu)
-                  + _prefill_token_work_s(p, interleaved_tokens, c))
+    compute_s += _prefill_time_flops(p, interleaved_tokens) / (p.tp * flops * c.prefill_mfu)
+    # A MoE layer's routing and dispatch of the chunks' tokens (and a Gated DeltaNet layer's recurrence) run as
+    # kernels of their own, one after another with the step's matmuls: nothing streams beside them to hide under.
+    serial_s = _prefill_token_work_s(p, interleaved_tokens, c)
     # The host schedules, samples and detokenizes every running sequence each step.
     per_seq_us = c.cpu_host_us_per_seq if p.kind == "cpu" else c.host_us_per_seq
     overhead_s = step_overhead_s(p.arch, p.tp, p.pp, p.mode, p.kind, c, p.act_dtype_bytes) + batch * per_seq_us * 1e-6
     bound = "memory" if memory_s >= compute_s else "compute"
-    return overhead_s + max(memory_s, compute_s), bound
+    return overhead_s + max(memory_s, compute_s) + serial_s, bound
+
+
+def kv_read_s(p: PerfInputs, batch: float, c: PerfConstants) -> float:
+    """A decode step's attention reading every running sequence's KV cache (their mean context: the prompt and
+    half the output), at the bandwidth paged attention reaches on an NPU (perf_model.toml kv_bandwidth_efficiency);
+    the CPU engine's reads count as its other memory traffic."""
+    _flops, bandwidth = _device_rates(p, c)
+    efficiency = c.bandwidth_efficiency if p.kind == "cpu" else c.kv_bandwidth_efficiency
+    return batch * (p.input_len + p.output_len / 2) * p.kv_bytes_per_token / (bandwidth * efficiency)
 
 
 def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
@@ -386,7 +399,14 @@ def prefill_s(p: PerfInputs, c: PerfConstants, prompts: float = 1.0) -> float:
     memory = p.pp * _weights_read_per_step(p, tokens) / (bandwidth * c.bandwidth_efficiency)
     # Eager prefill pays the launch cost once per step like decode; graphs do not cover prefill.
     mode = "eager" if p.mode == "full_decode_only" else p.mode
-    return max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c, p.act_dtype_bytes)
+    return (max(compute, memory) + step_overhead_s(p.arch, p.tp, p.pp, mode, p.kind, c, p.act_dtype_bytes)
+            + moe_prefill_step_s(p, c))
+
+
+def moe_prefill_step_s(p: PerfInputs, c: PerfConstants) -> float:
+    """A prompt-only step's fixed device time in its MoE layers beside their per-token work (perf_model.toml
+    moe_prefill_layer_us); none on the CPU engine, whose anchors are dense."""
+    return 0.0 if p.kind == "cpu" else p.arch.num_moe_layers * c.moe_prefill_layer_us * 1e-6
 
 
 def _slots_per_replica(p: PerfInputs) -> float:
