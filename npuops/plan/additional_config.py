@@ -75,11 +75,29 @@ class AdditionalSetting:
     why: str
 
 
+# What a 310P's graph capture needs switched off, by release (vllm-ascend's 310P guide of 0.20.2rc1 and its
+# Qwen3-Dense tutorial of 0.23.0, whose 300I DUO commands pass exactly these): npugraph_ex "is not supported on this
+# platform" from 0.23.0; before it the guide turned off the norm-quant fusion.
+NPUGRAPH_EX_310P_SINCE = "0.23.0"
+
+
+def _graph_310p(release: str) -> AdditionalSetting:
+    if parse_release(release) >= parse_release(NPUGRAPH_EX_310P_SINCE):
+        return AdditionalSetting("ascend_compilation_config", {"enable_npugraph_ex": False},
+                                 "Atlas 300I DUO captures ACL graphs without npugraph_ex, which the 310P does not "
+                                 "support (vllm-ascend's 300I DUO commands pass this)")
+    return AdditionalSetting("ascend_compilation_config", {"fuse_norm_quant": False},
+                             "Atlas 300I DUO captures ACL graphs without the norm-quant fusion (vllm-ascend's 310P "
+                             "guide passes this with FULL_DECODE_ONLY)")
+
+
 def plan_additional_config(*, family: str, release: str, arch: ModelArch, moe_ep: bool,
-                           operator: Mapping[str, Any]) -> tuple[AdditionalSetting, ...]:
+                           operator: Mapping[str, Any], graph: bool = False) -> tuple[AdditionalSetting, ...]:
     """The keys this plan writes, each with why; the operator's keys last (they win)."""
     keys = config_keys()
     chosen: dict[str, AdditionalSetting] = {}
+    if family == "310P" and graph and keys["ascend_compilation_config"].in_release(release):
+        chosen["ascend_compilation_config"] = _graph_310p(release)
     if family in ("A2", "A3") and keys["enable_cpu_binding"].in_release(release):
         chosen["enable_cpu_binding"] = AdditionalSetting(
             "enable_cpu_binding", True,

@@ -274,6 +274,10 @@ def _graphs(plan: Plan) -> Iterator[Explanation]:
                      "workaround for MTP capture errors)" if spec else
                      f"{len(sizes)} capture sizes up to min(max_num_seqs, {MAX_CAPTURE_SIZE}) stay clear of the "
                      "207008/207005 capture errors")
+        limit = plan.rules.family.tp_capture_sizes
+        if limit and plan.layout.tp > 1 and not spec:
+            sizes_why = (f"the {len(sizes)} largest capture sizes only: a {plan.target.family} TP group's event ids "
+                         f"hold {limit} graphs (vllm-ascend's 310P guide)")
         default = ("FULL_AND_PIECEWISE" if plan.release and feature_available("full_and_piecewise_default",
                                                                                 plan.release) else "PIECEWISE")
         yield Explanation("compilation_config", config,

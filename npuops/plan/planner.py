@@ -260,20 +260,20 @@ def _speculative(model: ModelSpec, rules: TargetRules, options: PlanOptions, rel
                          draft_kv_bytes_per_token=spec.draft_kv_bytes_per_token)
 
 
-def _additional(model: ModelSpec, rules: TargetRules, options: PlanOptions, release: str | None, moe_ep: bool
-                ) -> tuple[AdditionalSetting, ...]:
+def _additional(model: ModelSpec, rules: TargetRules, options: PlanOptions, release: str | None, moe_ep: bool,
+                graph: bool) -> tuple[AdditionalSetting, ...]:
     if release is None:
         if options.additional:
             raise BadInputError("--additional-config is vllm-ascend's", "drop it with --hardware cpu")
         return ()
     return plan_additional_config(family=rules.target.family or "", release=release, arch=model.arch,
-                                  moe_ep=moe_ep, operator=options.additional)
+                                  moe_ep=moe_ep, operator=options.additional, graph=graph)
 
 
 def _server_options(model: ModelSpec, rules: TargetRules, s: Sizing, dtype: str, layout: Layout,
                     cluster: ClusterPlan | None, mode: str, max_model_len: int, max_num_seqs: int, moe_ep: bool,
                     spec: SpeculativePlan | None, additional: tuple[AdditionalSetting, ...]) -> ServerOptions:
-    capture = capture_sizes_for(rules.capture_sizes(mode, max_num_seqs), spec, max_num_seqs)
+    capture = capture_sizes_for(rules.capture_sizes(mode, max_num_seqs, layout.tp), spec, max_num_seqs)
     ray = cluster.strategy == "ray" if cluster else layout.chips > rules.target.devices_per_node
     return ServerOptions(
         served_model_name=model.served_name, tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp,
@@ -351,7 +351,7 @@ def make_plan(model: ModelSpec, target: HardwareTarget, workload: Workload, opti
     buffer = _hccl_buffer(model, rules, layout, moe_ep, cluster, max_num_seqs)
     if cluster is not None and buffer is not None:
         cluster = replace(cluster, hccl_buffsize_mb=buffer.mb)
-    additional = _additional(model, rules, options, release, moe_ep)
+    additional = _additional(model, rules, options, release, moe_ep, mode != "eager")
     env_settings = _environment(model, rules, release, layout, moe_ep, replicas, cluster, buffer, additional)
     perf = perf_inputs(model, target, workload, s, chosen, mode, max_num_seqs, spec,
                        ep_size=cluster.ep_size if cluster is not None else None)

@@ -57,6 +57,8 @@ class FamilyRules:
     modest_max_model_len: bool = False
     utilization_why: str = ""
     eager_why: str = ""
+    graph_since: str = ""
+    tp_capture_sizes: int = 0
 
 
 @lru_cache(maxsize=1)
@@ -183,8 +185,13 @@ class TargetRules(abc.ABC):
         """The graph mode once the layout is known (the CPU engine's pipeline stages need their warm-up)."""
         return mode
 
-    def capture_sizes(self, mode: str, max_num_seqs: int) -> tuple[int, ...]:
-        return capture_sizes(max_num_seqs) if mode not in ("eager", "cpu_compiled") else ()
+    def capture_sizes(self, mode: str, max_num_seqs: int, tp: int = 1) -> tuple[int, ...]:
+        if mode in ("eager", "cpu_compiled"):
+            return ()
+        sizes = capture_sizes(max_num_seqs)
+        # A family whose TP groups can hold only a few graphs (310P's event ids) keeps the largest sizes.
+        limit = self.family.tp_capture_sizes
+        return sizes[-limit:] if limit and tp > 1 else sizes
 
     # --- texts the explanations need -----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -436,6 +443,9 @@ class AscendRules(TargetRules):
 
     def graph_mode(self, release: str | None, eager: bool) -> str:
         if eager or not self.family.graph or release is None:
+            return "eager"
+        since = self.family.graph_since
+        if since and parse_release(release) < parse_release(since):
             return "eager"
         if feature_available("full_decode_only", release):
             return "full_decode_only"

@@ -54,12 +54,16 @@ def test_the_space_searches_dtype_and_compilation_where_the_target_runs_both(tmp
                                    PlanOptions(dtype="float32", enforce_eager=True)))
     assert all("dtype" not in c.fixed and "enforce_eager" not in c.fixed for c in fixed)
     assert len(space) == 4 * len(fixed)
-    # A2 captures graphs on the default release, so it also runs eager; 310P only runs eager; NPU dtypes run alike.
+    # A2 and 310P capture graphs on the default release, so they also run eager (a 310P release before 0.20.2rc1
+    # only runs eager); NPU dtypes run alike.
     a2 = search_space(make_plan(load_model("qwen3-8b"), parse_hardware_spec("910B3x8"), Workload(concurrency=16)))
     assert {c.fixed["enforce_eager"] for c in a2} == {False, True} and all("dtype" not in c.fixed for c in a2)
     p310 = search_space(make_plan(load_model("qwen2.5-7b-instruct"), parse_hardware_spec("310P3x4"),
                                   Workload(concurrency=4)))
-    assert all("enforce_eager" not in c.fixed for c in p310)
+    assert {c.fixed["enforce_eager"] for c in p310} == {False, True}
+    old_310p = search_space(make_plan(load_model("qwen2.5-7b-instruct"), parse_hardware_spec("310P3x4"),
+                                      Workload(concurrency=4), PlanOptions(vllm_ascend_version="0.19.1rc1")))
+    assert all("enforce_eager" not in c.fixed for c in old_310p)
 
 
 def test_the_guide_corrects_by_a_trial_of_the_same_dtype_and_mode_first() -> None:

@@ -312,7 +312,9 @@ def test_cpu_binding_replaces_cpu_affinity_conf_on_a2() -> None:
     assert old.server.additional_config is None  # 0.7.3 has no additional_config key for it
     # 310P cards sit in x86 or ARM hosts: vllm-ascend's ARM binding is not assumed, torch_npu's stays.
     duo = make_plan(load_model("qwen3-8b"), parse_hardware_spec("310P3x2"), LOAD)
-    assert duo.server.additional_config is None and duo.env.get("CPU_AFFINITY_CONF") == "1"
+    # A 300I DUO host is x86: no CPU binding key, CPU_AFFINITY_CONF instead (its one key turns off npugraph_ex).
+    assert "enable_cpu_binding" not in (duo.server.additional_config or {})
+    assert duo.env.get("CPU_AFFINITY_CONF") == "1"
 
 
 def test_moe_with_shared_experts_overlaps_them() -> None:
