@@ -109,4 +109,5 @@ def classify_import_failure(output: str, env_source: str = "the service's enviro
     last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
     return ImportFailure("unknown", "import torch_npu failed for a reason npuops does not recognise", last,
                          "run the import by hand with the service's environment (`python -c 'import torch_npu'`) "
-                         "and read the first exception of the traceback")
+                         "and read the first exception of the traceback; if it does not say why, `npuops collect` "
+                         "gathers what a support case needs")

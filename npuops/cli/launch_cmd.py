@@ -47,13 +47,16 @@ from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
               help='With -i and Ray: the resources each Ray node advertises [default: {"NPU": <chips>}].')
 @click.option("--env", "env_items", multiple=True, metavar="KEY=VALUE",
               help="An extra variable for the instance's environment (repeatable), e.g. HCCL_CONNECT_TIMEOUT=1200.")
+@click.option("--profiling", is_flag=True,
+              help="Configure vLLM's profiler (traces in the instance's state directory) for `npuops profile`.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file: Path | None, vllm_bin: str | None,
            service_user: str, allow_root: bool, start_timeout: int | None, watchdog_s: int, verify: bool,
            golden: Path | None, foreground: bool, dry_run: bool,
            output: Path | None, inventory: Path | None, group: str | None, forks: int, artifacts: Path | None,
-           cluster_wait_s: int, ray_node_resources: str | None, env_items: tuple[str, ...], as_json: bool,
+           cluster_wait_s: int, ray_node_resources: str | None, env_items: tuple[str, ...], profiling: bool,
+           as_json: bool,
            tuned_file: Path | None, **flags: Any) -> None:
     """Plan MODEL, render its vLLM config, environment file and hardened systemd unit, and run it.
 
@@ -85,7 +88,8 @@ def launch(ctx: click.Context, /, name: str, host: str, port: int, api_key_file:
 
     choices = LaunchChoices(name=name, host=host, port=port, api_key_file=api_key_file, vllm=vllm_bin,
                             service_user=service_user, start_timeout_s=start_timeout, watchdog_s=watchdog_s,
-                            extra_env=extra_env, foreground=foreground, allow_root=allow_root)
+                            extra_env=extra_env, foreground=foreground, allow_root=allow_root,
+                            profiling=profiling)
     if request.pd is not None and (foreground or tuned_file is not None or verify):
         raise UsageError("--pd launches prefill and decode engines as services behind a PD router",
                          "drop --foreground, --tuned and --verify with --pd")

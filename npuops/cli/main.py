@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("npuops.cli.service_cmds:stop", "Stop a launched instance."),
     "remove": ("npuops.cli.service_cmds:remove", "Uninstall a stopped instance: its units and files."),
     "logs": ("npuops.cli.service_cmds:logs", "Show a launched instance's logs."),
+    "profile": ("npuops.cli.profile_cmd:profile", "Profile a live instance with vLLM's profiler: where time goes."),
+    "collect": ("npuops.cli.collect_cmd:collect", "Gather a support bundle (logs, reports, tool outputs), redacted."),
     "bench": ("npuops.cli.bench_cmd:bench", "Measure an instance with vLLM's own benchmark beside the plan."),
     "tune": ("npuops.cli.tune_cmd:tune", "Find the best batching for a model with real trials and benches."),
     "monitor": ("npuops.cli.monitor_cmd:monitor", "Prometheus targets and alert rules for this node's instances."),

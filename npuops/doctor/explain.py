@@ -20,6 +20,14 @@ def explain_page(check_id: str) -> str:
         raise BadInputError(f"no check with id {check_id!r}", "list the ids with `npuops doctor --list`")
     page = doc_page(check_id)
     try:
-        return page.read_text(encoding="utf-8")
+        text = page.read_text(encoding="utf-8")
     except OSError:
         raise BadInputError(f"check {check_id!r} has no page at {page}", "reinstall npuops") from None
+    return text.rstrip("\n") + "\n\n" + SUPPORT_NEXT
+
+
+# Every page ends with the next step where its fixes do not help.
+SUPPORT_NEXT = ("**If none of this fixes it.** `npuops collect` gathers the node model, this report, the instances' "
+                "journals and logs,\nCANN's logs, kernel messages and the vendor tools' outputs into one bundle, "
+                "secrets redacted, for a support case\n(`-i INVENTORY --group G` for every host of a serving "
+                "group).\n")

@@ -131,6 +131,8 @@ class InstanceRecord:
     # The revision of the instance these files are (npuops.instance.revisions): 1 for a launch, then one more for
     # each rollout; 0 from an npuops that kept no revisions.
     revision: int = 0
+    # Where vLLM's profiler writes its traces (`launch --profiling`); None: launched without it.
+    profiler_dir: str | None = None
     created_at: float = field(default_factory=time.time)
     npuops_version: str = __version__
 

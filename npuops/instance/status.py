@@ -458,6 +458,11 @@ def render_status_text(status: InstanceStatus) -> str:
         if diagnosis.line:
             lines.append(f"  seen      {diagnosis.line}")
         lines.append(f"  fix       {diagnosis.fix}")
+    elif status.exit is not None and status.exit.failed:
+        # A failure no signature explains: what a support case needs, gathered in one step.
+        lines.append(f"  last exit {status.exit.reason} (status {status.exit.code}), no known cause")
+        lines.append(f"  next      `npuops logs {status.name}`, then `npuops collect {status.name}` for a support "
+                     "case")
     return "\n".join(lines)
 
 

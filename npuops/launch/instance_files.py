@@ -103,6 +103,7 @@ class LaunchSpec:
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S
     # The operator's own variables (`launch --env KEY=VALUE`), laid over everything npuops sets but the API key.
     extra_env: dict[str, str] = field(default_factory=dict)
+    profiling: bool = False  # `launch --profiling`: vLLM's profiler, its traces under the status directory
 
 
 @dataclass(frozen=True)
@@ -219,11 +220,27 @@ def _draft_directory(server: ServerOptions) -> str | None:
     return str(draft) if isinstance(draft, str) and draft.startswith("/") else None
 
 
+def _status_dir(spec: LaunchSpec, name: str) -> Path:
+    """Where the supervisor keeps its state: the unit's StateDirectory, or the instance directory in a terminal."""
+    return spec.state_dir / name if spec.manager == MANAGER_FOREGROUND else spec.service_data_root / f"npuops-{name}"
+
+
+PROFILES_DIR = "profiles"
+
+
+def _profiler_config(spec: LaunchSpec, name: str) -> dict[str, Any] | None:
+    """vLLM's torch profiler with its traces in the status directory (the unit may write there), for `npuops
+    profile`; gzip'd, without Python stacks (a smaller trace, and the summary needs none)."""
+    if not spec.profiling:
+        return None
+    return {"profiler": "torch", "torch_profiler_dir": str(_status_dir(spec, name) / PROFILES_DIR),
+            "torch_profiler_with_stack": False}
+
+
 def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: ServerOptions, name: str,
             devices: tuple[int, ...]) -> InstanceRecord:
     instance_dir = spec.state_dir / name
-    data_dir = spec.service_data_root / f"npuops-{name}"
-    status_file = (instance_dir if spec.manager == MANAGER_FOREGROUND else data_dir) / STATUS_FILE
+    status_file = _status_dir(spec, name) / STATUS_FILE
     return InstanceRecord(
         name=name, manager=spec.manager, unit=f"npuops-{name}{UNIT_SUFFIX}", model_path=str(server.model),
         served_model_name=str(server.served_model_name), host=str(server.host or spec.host),
@@ -314,8 +331,11 @@ def render_instances(plan: Plan, spec: LaunchSpec, extras: InstanceExtras | None
 def _render_engine(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, replica: Replica | None, *, name: str,
                    host: str, port: int, behind: str | None) -> InstanceFiles:
     """One engine's files: the plan's options with this engine's model path, address and port."""
-    server = replace(plan.server, model=_model_argument(plan), host=host, port=port, **extras.server_changes)
+    server = replace(plan.server, model=_model_argument(plan), host=host, port=port,
+                     profiler_config=_profiler_config(spec, name), **extras.server_changes)
     record = _record(plan, spec, extras, server, name, replica.devices if replica is not None else ())
+    if server.profiler_config is not None:
+        record = replace(record, profiler_dir=str(server.profiler_config["torch_profiler_dir"]))
     if behind is not None:
         record = replace(record, behind=behind)
     config = RenderedFile(CONFIG_FILE, render_template("vllm-config.yaml.j2", {

@@ -53,6 +53,7 @@ class LaunchChoices:
     foreground: bool = False
     # The unit may run as root only when the operator says so (--allow-root); every launch and status warn.
     allow_root: bool = False
+    profiling: bool = False  # vLLM's profiler configured, for `npuops profile`
 
     def __post_init__(self) -> None:
         """Refuse what no unit, env file or vllm.yaml may hold, before anything is planned or written."""
@@ -169,7 +170,8 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
         vllm_command=(vllm_executable(settings, choices.vllm), "serve"), npuops_command=(npuops_executable(settings),),
         state_dir=settings.state_dir, service_data_root=settings.service_data_root, ascend_env=ascend_env,
         manager=MANAGER_FOREGROUND if choices.foreground else MANAGER_SYSTEMD, start_timeout_s=choices.start_timeout_s,
-        watchdog_s=choices.watchdog_s, stop_timeout_s=choices.stop_timeout_s, extra_env=dict(choices.extra_env))
+        watchdog_s=choices.watchdog_s, stop_timeout_s=choices.stop_timeout_s, extra_env=dict(choices.extra_env),
+        profiling=choices.profiling)
     rendered = render_pd_instances(pd, spec) if pd is not None else render_instances(plan, spec)
     return PreparedLaunch(rendered, api_key, notes, spec)
 

@@ -46,8 +46,7 @@ CPU_BLOCK_MULTIPLE = 32
 
 @dataclass(frozen=True)
 class FamilyRules:
-    """A target family's numbers (npuops/data/target_rules.toml)."""
-
+    """A target family's numbers (npuops/data/target_rules.toml, each key explained there)."""
     utilization: float
     dtype: str
     graph: bool
@@ -186,10 +185,8 @@ class TargetRules(abc.ABC):
         return mode
 
     def capture_sizes(self, mode: str, max_num_seqs: int, tp: int = 1) -> tuple[int, ...]:
-        if mode in ("eager", "cpu_compiled"):
-            return ()
-        sizes = capture_sizes(max_num_seqs)
-        # A family whose TP groups can hold only a few graphs (310P's event ids) keeps the largest sizes.
+        sizes = capture_sizes(max_num_seqs) if mode not in ("eager", "cpu_compiled") else ()
+        # A family whose TP groups hold only a few graphs (310P's event ids) keeps the largest sizes.
         limit = self.family.tp_capture_sizes
         return sizes[-limit:] if limit and tp > 1 else sizes
 
@@ -442,10 +439,9 @@ class AscendRules(TargetRules):
             "vLLM's default 0.9; start-up fails if free HBM is below total x utilization")
 
     def graph_mode(self, release: str | None, eager: bool) -> str:
-        if eager or not self.family.graph or release is None:
-            return "eager"
         since = self.family.graph_since
-        if since and parse_release(release) < parse_release(since):
+        if (eager or not self.family.graph or release is None
+                or (since and parse_release(release) < parse_release(since))):
             return "eager"
         if feature_available("full_decode_only", release):
             return "full_decode_only"

@@ -101,6 +101,9 @@ class ServerOptions:
         "stream-interval", limits=_positive(256), omit_when=1,
         flag=UserFlag("stream-interval", "Tokens sent to a streaming client per chunk (1: every token) [default: a "
                       "chunk about every 50 ms at the predicted TPOT]."))
+    # vLLM's profiler (the torch profiler, its traces in the instance's state directory): set by `launch
+    # --profiling` for `npuops profile`; /start_profile and /stop_profile exist only with it.
+    profiler_config: dict[str, Any] | None = vllm_option("profiler-config")
     distributed_executor_backend: str | None = vllm_option("distributed-executor-backend")
     trust_remote_code: bool | None = vllm_option("trust-remote-code")
     # Native data parallel over several nodes: set per node (ClusterPlan.node_changes), absent elsewhere.

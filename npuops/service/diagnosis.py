@@ -80,6 +80,9 @@ def diagnose(lines: Sequence[str], facts: Mapping[str, str] | None = None) -> Di
     return None
 
 
+# Where a diagnosis cannot name the fix, the next step: everything a support case needs, in one bundle.
+COLLECT_NEXT = "if they do not say why, `npuops collect NAME` gathers what a support case needs"
+
 # When the log names no cause, how the engine died still says something.
 _SIGNAL_CAUSES = {
     signal.SIGKILL: ("the engine was killed with SIGKILL: by the kernel's OOM killer or by hand",
@@ -87,11 +90,11 @@ _SIGNAL_CAUSES = {
                      "--max-num-seqs or --max-model-len, or give the node (container) more host memory"),
     signal.SIGSEGV: ("the engine crashed with a segmentation fault (a native library: torch_npu, CANN or vLLM)",
                      "check the stack is one compatible row (`npuops doctor --only stack-row,torch-npu-cann`) and "
-                     "read the lines before the crash with `npuops logs NAME`"),
+                     f"read the lines before the crash with `npuops logs NAME`; {COLLECT_NEXT}"),
     signal.SIGBUS: ("the engine died of SIGBUS: usually shared memory (/dev/shm) ran out",
                     "give /dev/shm more room (containers: --shm-size=16g); see `npuops doctor --only shm-size`"),
     signal.SIGABRT: ("the engine aborted (SIGABRT): a native library gave up",
-                     "read the lines before the abort with `npuops logs NAME`"),
+                     f"read the lines before the abort with `npuops logs NAME`; {COLLECT_NEXT}"),
 }
 
 

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from npuops.cli.main import load_context_settings
+from npuops.errors import EnvironmentMissingError, UsageError
+
+
+@click.command()
+@click.argument("name")
+@click.option("--seconds", type=click.FloatRange(1, 600), default=10, show_default=True,
+              help="How long to profile (drive the instance's load meanwhile).")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to copy the traces [default: ./npuops-profile-NAME-<time>].")
+@click.option("--top", type=click.IntRange(1, 100), default=15, show_default=True, help="Operators to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_context
+def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | None, top: int, as_json: bool) -> None:
+    """Profile instance NAME with vLLM's profiler for --seconds, then say where its time goes: the operators by self
+    time and the shares of attention, matmul, communication and the host. The instance must have been launched
+    with --profiling; the traces open in Perfetto (ui.perfetto.dev) or MindStudio Insight."""
+    from npuops.envfile import read_env_file
+    from npuops.httpclient import base_url, http_request
+    from npuops.instance.record import load_record
+    from npuops.support.profile import run_profile
+
+    settings = load_context_settings(ctx)
+    record = load_record(settings.state_dir, name)
+    if not record.profiler_dir:
+        raise UsageError(f"{name} was launched without profiling (vLLM's /start_profile needs its profiler "
+                         "configured)", f"launch {name} again with --profiling")
+    if not record.serves_api:
+        raise UsageError(f"{name} is a part that serves no API on this host",
+                         "profile the instance on the host that serves its endpoint")
+    api_key = read_env_file(record.env_file, f"launch {name} again").get("VLLM_API_KEY") if record.api_key else None
+    url = base_url(record.host, record.port)
+    out = output or Path.cwd() / f"npuops-profile-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def post(path: str) -> tuple[int, bytes] | None:
+        return http_request(url + path, data={}, timeout=600, api_key=api_key)
+
+    def progress(text: str) -> None:
+        if not as_json:
+            click.echo(f"profile: {text}", err=True)
+
+    try:
+        run = run_profile(post, settings.host_path(record.profiler_dir), out, seconds, progress=progress)
+    except RuntimeError as exc:
+        raise EnvironmentMissingError(f"profiling {name} failed: {exc}",
+                                      f"check `npuops status {name}`; it must be healthy to profile") from None
+    assert run.summary is not None
+    summary = {"instance": name, "seconds": seconds, "output": str(out), "traces": [str(p) for p in run.traces],
+               **run.summary.to_json(top)}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    shares = ", ".join(f"{kind} {share * 100:.0f}%" for kind, share in summary["shares"].items())
+    click.echo(f"{name}: {summary['total_ms']:.0f} ms of operators in {seconds:g} s ({shares})")
+    click.echo(f"{'operator':<58} {'self ms':>9} {'calls':>7}  kind")
+    for op in summary["top_operators"]:
+        click.echo(f"{op['name'][:58]:<58} {op['self_ms']:>9.1f} {op['calls']:>7}  {op['kind']}")
+    click.echo(f"traces: {out} (open in ui.perfetto.dev or MindStudio Insight)")
+    sys.stdout.flush()
