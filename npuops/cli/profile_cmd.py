@@ -4,6 +4,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,10 +18,13 @@ from npuops.errors import EnvironmentMissingError, UsageError
               help="How long to profile (drive the instance's load meanwhile).")
 @click.option("--output", type=click.Path(file_okay=False, path_type=Path),
               help="Where to copy the traces [default: ./npuops-profile-NAME-<time>].")
+@click.option("--steps", type=click.IntRange(1, 100000), default=100, show_default=True,
+              help="Engine steps to record at most (a trace of every step of a busy engine takes minutes to write).")
 @click.option("--top", type=click.IntRange(1, 100), default=15, show_default=True, help="Operators to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
-def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | None, top: int, as_json: bool) -> None:
+def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | None, steps: int, top: int,
+            as_json: bool) -> None:
     """Profile instance NAME with vLLM's profiler for --seconds, then say where its time goes: the operators by self
     time and the shares of attention, matmul, communication and the host. The instance must have been launched
     with --profiling; the traces open in Perfetto (ui.perfetto.dev) or MindStudio Insight."""
@@ -41,20 +45,22 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     url = base_url(record.host, record.port)
     out = output or Path.cwd() / f"npuops-profile-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
-    def post(path: str) -> tuple[int, bytes] | None:
-        return http_request(url + path, data={}, timeout=600, api_key=api_key)
+    def post(path: str, body: dict[str, Any]) -> tuple[int, bytes] | None:
+        return http_request(url + path, data=body, timeout=600, api_key=api_key)
 
     def progress(text: str) -> None:
         if not as_json:
             click.echo(f"profile: {text}", err=True)
 
     try:
-        run = run_profile(post, settings.host_path(record.profiler_dir), out, seconds, progress=progress)
+        run = run_profile(post, settings.host_path(record.profiler_dir), out, seconds, steps=steps,
+                          progress=progress)
     except RuntimeError as exc:
         raise EnvironmentMissingError(f"profiling {name} failed: {exc}",
                                       f"check `npuops status {name}`; it must be healthy to profile") from None
     assert run.summary is not None
-    summary = {"instance": name, "seconds": seconds, "output": str(out), "traces": [str(p) for p in run.traces],
+    summary = {"instance": name, "seconds": seconds, "steps": steps, "output": str(out),
+               "traces": [str(p) for p in run.traces],
                **run.summary.to_json(top)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))

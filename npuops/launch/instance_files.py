@@ -230,11 +230,12 @@ PROFILES_DIR = "profiles"
 
 def _profiler_config(spec: LaunchSpec, name: str) -> dict[str, Any] | None:
     """vLLM's torch profiler with its traces in the status directory (the unit may write there), for `npuops
-    profile`; gzip'd, without Python stacks (a smaller trace, and the summary needs none)."""
+    profile`: gzip'd, without Python stacks, and only the engine's side (the API server's profiler cannot stop
+    after a number of steps, and records the whole range): `profile --steps` bounds what a trace holds."""
     if not spec.profiling:
         return None
     return {"profiler": "torch", "torch_profiler_dir": str(_status_dir(spec, name) / PROFILES_DIR),
-            "torch_profiler_with_stack": False}
+            "torch_profiler_with_stack": False, "ignore_frontend": True}
 
 
 def _record(plan: Plan, spec: LaunchSpec, extras: InstanceExtras, server: ServerOptions, name: str,

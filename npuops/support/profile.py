@@ -37,6 +37,7 @@ CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 HOST = "host"
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", "trace_view.json")
+STABLE_POLLS = 3
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class ProfileRun:
     seconds: float = 0.0
 
 
-Poster = Callable[[str], tuple[int, bytes] | None]
+Poster = Callable[[str, dict[str, Any]], tuple[int, bytes] | None]
 
 
 def wait_for_traces(directory: Path, since: float, timeout_s: float, sleep: Callable[[float], None] = time.sleep,
@@ -148,27 +149,30 @@ def wait_for_traces(directory: Path, since: float, timeout_s: float, sleep: Call
     /stop_profile returns, compressing it first)."""
     deadline = clock() + timeout_s
     previous: dict[Path, int] = {}
+    unchanged = 0
     while True:
         found = trace_files(directory, since)
         sizes = {p: p.stat().st_size for p in found}
-        if found and sizes == previous:
-            return found
-        if clock() > deadline:
+        # The API server's trace and each worker's are written by different processes, seconds apart: the set
+        # must stay the same for STABLE_POLLS polls in a row.
+        unchanged = unchanged + 1 if found and sizes == previous else 0
+        if unchanged >= STABLE_POLLS or clock() > deadline:
             return found
         previous = sizes
         sleep(1.0)
 
 
-def run_profile(post: Poster, profiler_dir: Path, output: Path, seconds: float, *,
+def run_profile(post: Poster, profiler_dir: Path, output: Path, seconds: float, *, steps: int,
                 progress: Callable[[str], None], trace_timeout_s: float = 180.0) -> ProfileRun:
-    """Start, wait `seconds`, stop, collect the new traces into `output` and summarize them."""
+    """Start (recording at most `steps` engine steps: a trace of every step of a busy engine takes minutes to
+    write), wait `seconds`, stop, collect the new traces into `output` and summarize them."""
     started = time.time()
-    answer = post("/start_profile")
+    answer = post("/start_profile", {"max_iterations": steps})
     if answer is None or answer[0] != 200:
         raise RuntimeError(f"/start_profile answered {answer[0] if answer else 'nothing'}")
     progress(f"profiling for {seconds:g} s ...")
     time.sleep(seconds)
-    answer = post("/stop_profile")
+    answer = post("/stop_profile", {})
     if answer is None or answer[0] != 200:
         raise RuntimeError(f"/stop_profile answered {answer[0] if answer else 'nothing'}")
     progress("waiting for the engine to write its traces ...")

@@ -69,3 +69,24 @@ def test_an_instance_launched_without_profiling_is_refused_with_the_fix(tmp_path
     missing = subprocess.run(npuops_argv("profile", "nosuch"), capture_output=True, text=True,
                              env={"NPUOPS_STATE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert missing.returncode != 0 and "nosuch" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_traces_are_waited_for_until_every_writer_is_done(tmp_path: Path) -> None:
+    """The API server's trace comes first, a worker's seconds later: the wait returns both, once neither grows."""
+    from npuops.support.profile import wait_for_traces
+
+    clock = [0.0]
+    frontend, worker = tmp_path / "fe.pt.trace.json", tmp_path / "w0.pt.trace.json.gz"
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        if clock[0] == 1.0:
+            frontend.write_text("{}")
+        if clock[0] == 3.0:
+            worker.write_bytes(b"x" * 10)
+        if clock[0] == 4.0:
+            worker.write_bytes(b"x" * 20)  # still being written
+
+    found = wait_for_traces(tmp_path, since=0, timeout_s=60, sleep=sleep, clock=lambda: clock[0])
+    assert found == [frontend, worker] and clock[0] >= 7.0
+    assert wait_for_traces(tmp_path / "none", since=0, timeout_s=3, sleep=sleep, clock=lambda: clock[0]) == []

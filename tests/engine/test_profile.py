@@ -43,8 +43,9 @@ def test_a_profile_under_load_names_the_engines_operators(engine_python: Path, t
             client.start()
             try:
                 out = tmp_path / "profile"
-                done = subprocess.run(npuops_argv("profile", "pf", "--seconds", "4", "--output", str(out),
-                                                  "--json"), env=ws.env, capture_output=True, text=True, timeout=600)
+                done = subprocess.run(npuops_argv("profile", "pf", "--seconds", "4", "--steps", "40", "--output",
+                                                  str(out), "--json"), env=ws.env, capture_output=True, text=True,
+                                      timeout=600)
             finally:
                 stop.set()
                 client.join(timeout=180)
@@ -55,6 +56,8 @@ def test_a_profile_under_load_names_the_engines_operators(engine_python: Path, t
         traces = [Path(p) for p in summary["traces"]]
         assert traces and all(p.is_file() and p.parent.is_relative_to(out) for p in traces)
         assert any(p.name.endswith(".pt.trace.json.gz") for p in traces)
+        # --steps bounds the trace: the engine recorded at most 40 steps of its busy loop (vLLM's step annotations).
+        assert summary["steps"] == 40
         names = [o["name"] for o in summary["top_operators"]]
         # The CPU engine's own operators, by name: its linear layers' matmuls are among the longest.
         assert any(n.startswith("aten::") for n in names), names

@@ -106,8 +106,8 @@ def test_a_bundle_of_a_healthy_and_a_crashed_instance_holds_its_evidence_and_no_
                      "ascend-logs/root/debug/plog/plog-4242_20261205.log", "system/pip-freeze.txt"):
             assert part in members, (part, sorted(members))
         # The secrets' places are in the bundle, redacted where the secret stood.
-        assert b"VLLM_API_KEY=[REDACTED]" in members[f"{base}/files/env"]
-        assert b"HF_TOKEN=[REDACTED]" in members[f"{base}/files/env"]
+        assert b'VLLM_API_KEY="[REDACTED]"' in members[f"{base}/files/env"]
+        assert b'HF_TOKEN="[REDACTED]"' in members[f"{base}/files/env"]
         assert b"--api-key [REDACTED]" in members[f"{base}/systemctl-show-{UNIT}.txt"]
         journal = members[f"{base}/journal-{UNIT}.log"].decode()
         assert "Authorization: Bearer [REDACTED]" in journal and "Started" in journal
