@@ -288,6 +288,10 @@ class NodeCollector:
                     self._file(f"msnpureport/{path.relative_to(out)}", path)
 
     def _system(self) -> None:
+        # Every npuops unit of the node in one journal (the doctor timer's, Ray nodes', routers', instances'
+        # of other names): what the instances' own journals above leave out.
+        self._command("system/journal-npuops-units.log", "journalctl", "--unit", "npuops-*", "--since",
+                      _since_arg(self.request.since_s), "--no-pager", "--output", "short-iso")
         self._command("system/uname.txt", "uname", "-a")
         self._file("system/os-release", Path("/etc/os-release"))
         python = stack_interpreter(self.probe)

@@ -112,6 +112,7 @@ def test_a_bundle_of_a_healthy_and_a_crashed_instance_holds_its_evidence_and_no_
         journal = members[f"{base}/journal-{UNIT}.log"].decode()
         assert "Authorization: Bearer [REDACTED]" in journal and "Started" in journal
         assert b"api key [REDACTED]" in members["ascend-logs/root/debug/plog/plog-4242_20261205.log"]
+        assert UNIT.encode() in members["system/journal-npuops-units.log"]
         assert json.loads(members["node.json"])["host"]["hostname"]
         assert json.loads(members[f"{base}/status-report.json"])["state"] == "healthy"
         # npu-smi is not on this node: said, not silently left out.
