@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from npuops.errors import EnvironmentMissingError
 from npuops.hardware.host import HostFacts, read_host_facts
@@ -27,6 +28,8 @@ from npuops.plan.result import Plan
 from npuops.plan.target import HardwareTarget, cpu_target, parse_hardware_spec, target_from_node
 from npuops.settings import Settings
 
+T = TypeVar("T")
+
 
 def host_target(host: HostFacts, nodes: int = 1) -> HardwareTarget:
     """The CPU engine's target from a host's facts: its RAM, the CPUs this process may use, its NUMA nodes."""
@@ -34,44 +37,49 @@ def host_target(host: HostFacts, nodes: int = 1) -> HardwareTarget:
                       max(1, len(host.numa_nodes)), nodes=nodes, features=host.cpu)
 
 
-def host_memory_bandwidth(settings: Settings, label: str, cpus: int, *, measure: bool = True,
-                          progress: Callable[[str], None] | None = None) -> HostBandwidth | None:
-    """This CPU host's memory bandwidth (the CPU engine's decode roofline): kept with the node's calibration under
-    the target's label, else measured now, once, and kept (where the state directory can be written; a plan by an
-    unprivileged user measures again next time). `measure` False: only what is kept (another host's target)."""
-    store = CalibrationStore(settings.state_dir)
-    kept = store.host_bandwidth(label)
+def _kept_or_measured(kept: T | None, measure: bool, progress: Callable[[str], None] | None, saying: str,
+                      measure_now: Callable[[], T | None], keep: Callable[[T], None]) -> T | None:
+    """What the node's calibration keeps for this host, else measured now, once, and kept (where the state
+    directory can be written; a plan by an unprivileged user measures again next time)."""
     if kept is not None or not measure:
         return kept
+    if progress is not None:
+        progress(saying)
+    measured = measure_now()
+    if measured is not None:
+        with contextlib.suppress(OSError):
+            keep(measured)
+    return measured
+
+
+def host_memory_bandwidth(settings: Settings, label: str, cpus: int, *, measure: bool = True,
+                          progress: Callable[[str], None] | None = None) -> HostBandwidth | None:
+    """This CPU host's memory bandwidth (the CPU engine's decode roofline), kept under the target's label or
+    measured once. `measure` False: only what is kept (another host's target)."""
     from npuops.hardware.memory_bandwidth import measure_read_bandwidth
 
-    if progress is not None:
-        progress("measuring this host's memory bandwidth once (the CPU engine's roofline) ...")
-    measured = measure_read_bandwidth(cpus)
-    kept = HostBandwidth(measured.bytes_per_s, measured.method, time.time())
-    with contextlib.suppress(OSError):
-        store.keep_host_bandwidth(label, kept)
-    return kept
+    def measure_now() -> HostBandwidth:
+        measured = measure_read_bandwidth(cpus)
+        return HostBandwidth(measured.bytes_per_s, measured.method, time.time())
+
+    store = CalibrationStore(settings.state_dir)
+    return _kept_or_measured(store.host_bandwidth(label), measure, progress,
+                             "measuring this host's memory bandwidth once (the CPU engine's roofline) ...",
+                             measure_now, lambda kept: store.keep_host_bandwidth(label, kept))
 
 
 def host_matmul_rates(settings: Settings, label: str, *, measure: bool = True,
                       progress: Callable[[str], None] | None = None) -> MeasuredMatmul | None:
-    """This CPU host's dense matmul rates by dtype (the CPU engine's prefill roofline): kept with the node's
-    calibration under the target's label, else measured now in the serving stack's interpreter, once, and kept.
-    None where nothing is kept and the stack cannot measure (no torch yet: the next plan tries again)."""
-    store = CalibrationStore(settings.state_dir)
-    kept = store.host_matmul(label)
-    if kept is not None or not measure:
-        return kept
+    """This CPU host's dense matmul rates by dtype (the CPU engine's prefill roofline), kept under the target's
+    label or timed once in the serving stack's interpreter; None where nothing is kept and the stack cannot time
+    one (no torch yet: the next plan tries again)."""
     from npuops.hardware.matmul_rate import measure_matmul_rates
 
-    if progress is not None:
-        progress("timing a matmul once in the serving stack (the CPU engine's prefill roofline) ...")
-    outcome = measure_matmul_rates(Probe(settings))
-    if outcome.measured is not None:
-        with contextlib.suppress(OSError):
-            store.keep_host_matmul(label, outcome.measured)
-    return outcome.measured
+    store = CalibrationStore(settings.state_dir)
+    return _kept_or_measured(store.host_matmul(label), measure, progress,
+                             "timing a matmul once in the serving stack (the CPU engine's prefill roofline) ...",
+                             lambda: measure_matmul_rates(Probe(settings)).measured,
+                             lambda kept: store.keep_host_matmul(label, kept))
 
 
 def node_target(node: Node, nodes: int = 1, devices: str | None = None) -> HardwareTarget:
