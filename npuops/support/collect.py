@@ -42,7 +42,11 @@ DEFAULT_SERVICE_USER = "npuops"
 
 Progress = Callable[[str], None]
 # CANN's logs: what `ascend/log` under a user's home holds (plog: the host processes' logs; device-N: the chips').
-ASCEND_LOG_PARTS = ("debug/plog", "run/plog", "debug/device-*", "run/device-*", "security/plog")
+# vllm_ascend: vllm-ascend's own log files (its logger's default ~/ascend/log/vllm_ascend, from PR #10306).
+ASCEND_LOG_PARTS = ("debug/plog", "run/plog", "debug/device-*", "run/device-*", "security/plog", "vllm_ascend")
+# An instance may move vllm-ascend's logs elsewhere: --additional-config's ascend_log_path.
+# (vllm.yaml holds --additional-config as a JSON string in YAML double quotes: its quotes come escaped.)
+ASCEND_LOG_PATH = re.compile(r'ascend_log_path\\?"?\s*:\s*\\?"([^"\\]+)')
 MAX_LOG_FILES = 40  # per log directory tree, newest first
 # Kernel messages worth a support case: the NPU driver's, OOM kills, crashes.
 KERNEL_PATTERN = re.compile(r"(?i)davinci|\bnpu|hisi|ascend|devmm|drv_|hccn|out of memory|oom[-_ ]kill|"
@@ -207,7 +211,9 @@ class NodeCollector:
         users = {r.service_user or DEFAULT_SERVICE_USER for r in self.records}
         return sorted(users or {DEFAULT_SERVICE_USER})
 
-    def _log_homes(self) -> Iterator[tuple[str, Path]]:
+    def _log_homes(self) -> Iterator[tuple[str, Path, tuple[str, ...]]]:
+        """(label, directory, its parts to read): CANN's and vllm-ascend's logs of root and of the service users,
+        and the vllm-ascend log directories the instances name."""
         seen: set[Path] = set()
         homes = [("root", Path("/root"))]
         for user in self._service_users():
@@ -220,18 +226,27 @@ class NodeCollector:
                                                     if os.environ.get("ASCEND_PROCESS_LOG_PATH") else [])}:
                 if root not in seen:
                     seen.add(root)
-                    yield who, root
+                    yield who, root, ASCEND_LOG_PARTS
+        for record in self.records:
+            try:
+                config = record.config_file.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for found in ASCEND_LOG_PATH.findall(config):
+                if Path(found) not in seen and Path(found).is_absolute():
+                    seen.add(Path(found))
+                    yield f"{record.name}-vllm-ascend", Path(found), ("",)
 
     def _ascend_logs(self) -> None:
         cutoff = time.time() - self.request.since_s
-        for who, root in self._log_homes():
+        for who, root, parts in self._log_homes():
             host_root = self.settings.host_path(root)
             if not host_root.is_dir():
                 self.bundle.skip(f"ascend-logs/{who}", f"{root} does not exist (no CANN process logged as {who})")
                 continue
             files: list[tuple[float, Path]] = []
-            for part in ASCEND_LOG_PARTS:
-                for directory in host_root.glob(part):
+            for part in parts:
+                for directory in (host_root.glob(part) if part else [host_root]):
                     for path in directory.rglob("*"):
                         try:
                             mtime = path.stat().st_mtime
