@@ -144,22 +144,19 @@ class MatmulOutcome:
 
     measured: MeasuredMatmul | None
     why_not: str | None
-    seconds: float
 
 
 def measure_matmul_rates(probe: Probe) -> MatmulOutcome:
     """Measure in the serving stack's interpreter (npuops/hardware/python_stack.py picks it)."""
     python = stack_interpreter(probe)
-    began = time.monotonic()
     result = probe.run(python, "-I", "-c", _MEASURE_SCRIPT, str(TOKENS), str(HIDDEN), str(ROUNDS),
                        str(CALLS_PER_ROUND), *DTYPES, timeout=TIMEOUT_S)
-    seconds = time.monotonic() - began
     if not result.ok:
         last = (result.stderr.strip().splitlines() or [""])[-1]
         why = ("the serving stack has no torch" if "No module named 'torch'" in result.stderr
                else f"{python} could not time a matmul ({last[:120] or result.error or f'exit {result.returncode}'})")
-        return MatmulOutcome(None, why, seconds)
+        return MatmulOutcome(None, why)
     try:
-        return MatmulOutcome(parse_measurement(result.stdout, time.time()), None, seconds)
+        return MatmulOutcome(parse_measurement(result.stdout, time.time()), None)
     except ParseError as exc:
-        return MatmulOutcome(None, str(exc), seconds)
+        return MatmulOutcome(None, str(exc))

@@ -89,8 +89,7 @@ def _since_arg(since_s: int) -> str:
 class NodeCollector:
     """Gathers one node's parts into a Bundle."""
 
-    def __init__(self, settings: Settings, request: CollectRequest, progress: Progress | None = None,
-                 extra_secrets: list[str] | None = None) -> None:
+    def __init__(self, settings: Settings, request: CollectRequest, progress: Progress | None = None) -> None:
         self.settings = settings
         self.request = request
         self.probe = Probe(settings)
@@ -99,27 +98,21 @@ class NodeCollector:
         self.records = [r for r in list_records(settings.state_dir)
                         if not request.names or r.name in request.names or r.behind in request.names]
         missing = sorted(set(request.names) - {r.name for r in self.records})
-        self.bundle = Bundle(Redactor(instance_secrets(self.records) + list(extra_secrets or ())),
-                             bundle_cap=request.bundle_cap)
+        self.bundle = Bundle(Redactor(instance_secrets(self.records)), bundle_cap=request.bundle_cap)
         for name in missing:
             self.bundle.skip(f"instance {name}", "no such instance on this node (`npuops list` names them)")
 
     # --- helpers ------------------------------------------------------------------------------------------------
-    def _command(self, path: str, *argv: str, timeout: float = COMMAND_TIMEOUT_S, keep_failed: bool = True) -> str:
-        """Run a command and add its output; a missing tool is skipped with why."""
+    def _command(self, path: str, *argv: str, timeout: float = COMMAND_TIMEOUT_S) -> None:
+        """Run a command and add its output (a failure's too, with its exit); a missing tool is skipped with why."""
         result = self.probe.run(*argv, timeout=timeout)
-        source = " ".join(argv)
         if result.missing:
             self.bundle.skip(path, f"{argv[0]} is not installed here")
-            return ""
-        if not result.ok and not keep_failed:
-            self.bundle.skip(path, f"`{source}` failed: {result.error or f'exit {result.returncode}'}")
-            return ""
+            return
         text = result.output
         if not result.ok:
             text += f"\n[exit {result.returncode}{': ' + result.error if result.error else ''}]\n"
-        self.bundle.add(path, text, source)
-        return result.stdout
+        self.bundle.add(path, text, " ".join(argv))
 
     def _file(self, path: str, source: Path) -> None:
         try:
@@ -290,13 +283,13 @@ class NodeCollector:
         self._msnpureport()
 
     def _msnpureport(self) -> None:
-        probe = self.probe.run("msnpureport", "--help", timeout=30)
-        if probe.missing:
-            self.bundle.skip("msnpureport", "msnpureport is not installed here (CANN's toolkit ships it)")
-            return
         with tempfile.TemporaryDirectory(prefix="npuops-msnpureport-") as out:
-            # msnpureport exports into its working directory: coreutils' env -C runs it in a private one.
+            # msnpureport exports into its working directory: coreutils' env -C runs it in a private one (and
+            # exits 127 where the tool is not installed).
             result = self.probe.run("env", "-C", out, "msnpureport", "-f", timeout=COMMAND_TIMEOUT_S)
+            if result.missing:
+                self.bundle.skip("msnpureport", "msnpureport is not installed here (CANN's toolkit ships it)")
+                return
             self.bundle.add("msnpureport/output.txt", result.output, "msnpureport -f")
             for path in sorted(Path(out).rglob("*")):
                 if path.is_file():
@@ -310,7 +303,7 @@ class NodeCollector:
         self._command("system/uname.txt", "uname", "-a")
         self._file("system/os-release", Path("/etc/os-release"))
         python = stack_interpreter(self.probe)
-        self._command("system/pip-freeze.txt", python, "-m", "pip", "freeze", keep_failed=True)
+        self._command("system/pip-freeze.txt", python, "-m", "pip", "freeze")
 
 
 def collect_node(settings: Settings, request: CollectRequest, progress: Progress | None = None) -> Bundle:
