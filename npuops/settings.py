@@ -80,22 +80,49 @@ class Settings:
 TOOL_VARIABLE_PREFIXES = ("NPUOPS_TEST_", "NPUOPS_REQUIRE_", "NPUOPS_ENGINE_", "NPUOPS_DEMO_")
 TOOL_VARIABLES = frozenset({"NPUOPS_CONFIG", "NPUOPS_REFRESH_GOLDEN", "NPUOPS_CPU_RAY_PLATFORM",
                             "NPUOPS_BENCH_TORCH_THREADS"})
+# How alike a variable's name and a setting's must be (difflib's ratio of the names after NPUOPS_) for the variable
+# to be taken for a misspelling of it: NPUOPS_STATE of NPUOPS_STATE_DIR (0.71), NPUOPS_UNIT of NPUOPS_UNIT_DIR.
+NEAR_MISS_RATIO = 0.6
 
 
-def environment_warnings(environ: Mapping[str, str]) -> list[str]:
-    """One warning per NPUOPS_* variable that is neither a setting nor one of npuops' tools', naming the closest
-    setting: a misspelt variable far from every name would otherwise be ignored without a word (a near miss is
-    an error, load_settings). Pure."""
-    warnings = []
+@dataclass(frozen=True)
+class UnknownVariable:
+    """An NPUOPS_* variable that is neither a setting nor one of npuops' tools': ignored, and said so."""
+
+    name: str
+    closest: str  # the setting's variable it resembles most
+    near_miss: bool  # so alike that it is most likely a misspelling of `closest`
+
+    def warning(self) -> str:
+        ignored = f"environment variable {self.name} is not an npuops setting and is ignored"
+        if self.near_miss:
+            return f"{ignored}; did you mean {self.closest}?"
+        return f"{ignored} (the closest setting is {self.closest})"
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[UnknownVariable]:
+    """Every NPUOPS_* variable that is neither a setting nor one of npuops' tools', with the closest setting: a
+    misspelt one (NPUOPS_STATE for NPUOPS_STATE_DIR) would otherwise leave its setting at the default without a
+    word. The caller says it (a warning) or refuses it (the CLI, for a near miss before a command that changes the
+    node). Pure."""
     settings_vars = [ENV_PREFIX + name.upper() for name in _CONFIGURABLE]
+    unknown = []
     for key in sorted(environ):
         if (not key.startswith(ENV_PREFIX) or key in settings_vars or key in TOOL_VARIABLES
                 or key.startswith(TOOL_VARIABLE_PREFIXES)):
             continue
-        closest = difflib.get_close_matches(key, settings_vars, n=1, cutoff=0.0)
-        hint = f" (the closest setting is {closest[0]})" if closest else ""
-        warnings.append(f"environment variable {key} is not an npuops setting and is ignored{hint}")
-    return warnings
+        closest = max(settings_vars, key=lambda var: _likeness(key, var))
+        unknown.append(UnknownVariable(key, closest, _likeness(key, closest) >= NEAR_MISS_RATIO))
+    return unknown
+
+
+def _likeness(variable: str, setting_variable: str) -> float:
+    """How alike two variables' names are after NPUOPS_: difflib's ratio, or 1 when one holds the other whole
+    (NPUOPS_TIMEOUT and NPUOPS_COMMAND_TIMEOUT_S)."""
+    a, b = variable[len(ENV_PREFIX):].lower(), setting_variable[len(ENV_PREFIX):].lower()
+    if len(a) >= 4 and len(b) >= 4 and (a in b or b in a):
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b).ratio()
 
 
 # Which settings a user may set, and how to read a string (from the environment) into each.
@@ -193,11 +220,7 @@ def load_settings(
         if name == "config":  # NPUOPS_CONFIG names a file, handled by the CLI
             continue
         if name not in _CONFIGURABLE:
-            # Other tools (test harnesses, scripts) use NPUOPS_* too; only a near miss of a setting is a typo.
-            close = difflib.get_close_matches(name, list(_CONFIGURABLE), n=1, cutoff=0.8)
-            if close:
-                raise ConfigError(f"environment variable {key} is not an npuops setting",
-                                  f"did you mean {ENV_PREFIX}{close[0].upper()}?")
+            # Environments carry stray variables: unknown_variables names them for the CLI to warn about.
             continue
         merged[name] = _coerce(name, raw, f"environment {key}")
     for name, value in (flags or {}).items():

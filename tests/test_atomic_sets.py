@@ -1,5 +1,5 @@
 """Files written as one set, SIGTERM during the write, and the per-name launch lock (npuops/atomic.py,
-npuops/launch/local.py): nothing half-written, no temporary left holding part of an env file, a second launch
+npuops/instance/lock.py): nothing half-written, no temporary left holding part of an env file, a second launch
 of one name refused at once."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from npuops.atomic import exclusive_lock, write_files_as_one_set
 from npuops.errors import BadInputError
-from npuops.launch.local import launch_lock
+from npuops.instance.lock import instance_lock
 from tests.support.paths import REPO
 
 
@@ -73,11 +73,11 @@ def test_a_second_holder_of_a_lock_is_refused_at_once(tmp_path: Path) -> None:
 
 
 def test_two_launches_of_one_name_do_not_run_at_once(tmp_path: Path) -> None:
-    with launch_lock(tmp_path, ["m-r0", "m", "m-r1"]):
-        with pytest.raises(BadInputError) as refused, launch_lock(tmp_path, ["m"]):
+    with instance_lock(tmp_path, ["m", "m-r0", "m-r1"], "npuops launch"):
+        with pytest.raises(BadInputError) as refused, instance_lock(tmp_path, ["m"], "npuops launch"):
             pass
-        assert "another `npuops launch` of 'm' is running on this node" in refused.value.one_line()
-        with launch_lock(tmp_path, ["other"]):  # another name launches meanwhile
+        assert f"npuops launch of 'm' (pid {os.getpid()}, since " in refused.value.one_line()
+        with instance_lock(tmp_path, ["other"], "npuops launch"):  # another name launches meanwhile
             pass
-    with launch_lock(tmp_path, ["m"]):
+    with instance_lock(tmp_path, ["m"], "npuops launch"):
         pass

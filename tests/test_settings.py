@@ -60,11 +60,6 @@ def test_bad_config_file_is_a_config_error(tmp_path: Path, content: str, fragmen
     assert "\n" not in info.value.one_line()
 
 
-def test_unknown_environment_setting_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="NPUOPS_ASCEND_RUUT"):
-        load_settings({"NPUOPS_ASCEND_RUUT": "/x"}, home=tmp_path, system_config=tmp_path / "none")
-
-
 def test_missing_explicit_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings({}, config_file=tmp_path / "nope.toml", home=tmp_path, system_config=tmp_path / "none")
@@ -96,13 +91,3 @@ def test_a_timeout_outside_its_range_names_the_variable_and_the_range(tmp_path: 
     assert "above 0 and at most 86400" in refused.value.fix
     assert load_settings({"NPUOPS_COMMAND_TIMEOUT_S": "2.5"},
                          system_config=tmp_path / "none.toml").command_timeout_s == 2.5
-
-
-def test_an_unknown_variable_is_warned_about_with_the_closest_setting() -> None:
-    from npuops.settings import environment_warnings
-
-    warnings = environment_warnings({"NPUOPS_STAT_DIRECTORY": "/x", "NPUOPS_STATE_DIR": "/etc/npuops",
-                                     "NPUOPS_TEST_WORKERS": "2", "NPUOPS_ENGINE_PYTHON": "/p", "NPUOPS_CONFIG": "c",
-                                     "PATH": "/bin"})
-    assert warnings == ["environment variable NPUOPS_STAT_DIRECTORY is not an npuops setting and is ignored "
-                        "(the closest setting is NPUOPS_STATE_DIR)"]

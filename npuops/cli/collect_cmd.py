@@ -26,17 +26,23 @@ def _default_output(label: str) -> Path:
               help="The bundle to write [default: ./npuops-collect-<host>-<time>.tar.gz].")
 @click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="The bundle's size cap (each file is cut to 8 MiB, keeping its end).")
+@click.option("--force", is_flag=True,
+              help="Replace an existing --output that is not a bundle of npuops' (a file, a FIFO, a link: the link "
+                   "itself).")
 @click.option("--json", "as_json", is_flag=True, help="Print the bundle's summary as JSON.")
 @click.pass_context
 def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | None, group: str | None,
             limit: str | None, forks: int, artifacts: Path | None, since: str, output: Path | None, max_mib: int,
-            as_json: bool) -> None:
+            force: bool, as_json: bool) -> None:
     """Gather what a support case needs into one .tar.gz: the node model, the doctor's report, the instances'
     files, journals and engine logs, CANN's logs, kernel messages, npu-smi, hccn_tool and msnpureport, pip freeze.
 
     NAMES limit the instances (all without). Secrets (API keys, Ray tokens, secret variables of the env files) are
-    redacted everywhere. With -i INVENTORY [--group G]: every host's bundle, put into one.
+    redacted everywhere; only regular files are read (links, FIFOs and devices are listed as skipped). With -i
+    INVENTORY [--group G]: every host's bundle, put into one.
     """
+    from npuops.safefiles import printable
+    from npuops.support.bundle import check_destination
     from npuops.support.collect import CollectRequest, collect_node, parse_since
 
     try:
@@ -46,6 +52,9 @@ def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | Non
     if group and inventory is None:
         raise UsageError("--group needs -i INVENTORY", "add -i INVENTORY, or drop --group")
     settings = load_context_settings(ctx)
+    # Checked before anything is gathered (and again when the bundle is written).
+    destination = output or _default_output((group or "fleet") if inventory is not None else socket.gethostname())
+    check_destination(destination, force=force)
     cap = max_mib * 2**20
     quiet = as_json or not sys.stderr.isatty()
     if inventory is not None:
@@ -56,7 +65,7 @@ def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | Non
         bundle, parts = collect_fleet(inventory, hosts_limit(inventory, group, limit), args,
                                       artifacts_dir=artifacts_dir(settings, artifacts), forks=forks,
                                       bundle_cap=cap, on_event=playbook_progress(tasks=True, quiet=as_json))
-        written = bundle.write(output or _default_output(group or "fleet"))
+        written = bundle.write(destination, force=force)
         hosts = [p.as_dict() for p in parts]
     else:
         def progress(text: str) -> None:
@@ -64,7 +73,7 @@ def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | Non
                 click.echo(f"collect: {text}", err=True)
 
         bundle = collect_node(settings, CollectRequest(names, since_s, cap), progress)
-        written = bundle.write(output or _default_output(socket.gethostname()))
+        written = bundle.write(destination, force=force)
         hosts = []
     size = written.stat().st_size
     summary = {"bundle": str(written), "files": len(bundle.files), "bytes": size,
@@ -74,12 +83,13 @@ def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | Non
         return
     click.echo(f"bundle: {written} ({len(bundle.files)} files, {size / 2**20:.1f} MiB compressed)")
     for host in hosts:
-        line = f"  {host['host']}: {host['status']}"
-        click.echo(line + (f" - {host['message']}; {host['fix']}" if host["status"] != "ok" else
-                           f" ({host['files']} files)"))
+        # Names and messages from other hosts and from directories the service user writes: shown escaped.
+        line = f"  {printable(host['host'])}: {host['status']}"
+        click.echo(line + (f" - {printable(host['message'])}; {printable(host['fix'])}" if host["status"] != "ok"
+                           else f" ({host['files']} files)"))
     if bundle.skipped:
         click.echo(f"skipped ({len(bundle.skipped)}, each with why in manifest.json):")
         for skipped in bundle.skipped[:12]:
-            click.echo(f"  {skipped.what}: {skipped.why}"[:100])
+            click.echo(printable(f"  {skipped.what}: {skipped.why}")[:100])
         if len(bundle.skipped) > 12:
             click.echo(f"  ... {len(bundle.skipped) - 12} more")

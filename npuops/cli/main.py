@@ -10,7 +10,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,8 @@ from typing import Any
 import click
 
 from npuops import __version__
-from npuops.errors import ExitCode, NpuopsError
+from npuops.errors import ConfigError, ExitCode, NpuopsError
+from npuops.settings import unknown_variables
 
 # name -> (module:attribute, one-line help shown by --help without importing the module)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,12 +91,47 @@ def cli(ctx: click.Context, config_file: Path | None, ascend_root: Path | None) 
     4 something the command needs is missing here, 130 interrupted.
     """
     ctx.obj = {"config_file": config_file, "flags": {"ascend_root": ascend_root}}
+    for variable in unknown_variables(os.environ):
+        # A near miss before a command that may change the node is said once its subcommand is known.
+        if not (variable.near_miss and _may_change_the_node(ctx.invoked_subcommand)):
+            click.echo(f"npuops: warning: {variable.warning()}", err=True)
+
+
+# Commands that change this node (its instances, units, packages, monitoring): before them an environment
+# variable that looks like a misspelt setting is refused, not only warned about, since the setting it meant
+# (where the state, the units or the service manager are) stays at its default and the change lands there.
+CHANGES_THE_NODE = frozenset({"launch", "rollout", "stop", "remove", "provision", "tune", "monitor render",
+                              "monitor doctor-timer"})
+
+
+def _may_change_the_node(command: str | None) -> bool:
+    return any(path.split()[0] == command for path in CHANGES_THE_NODE)
+
+
+def _check_near_misses(ctx: click.Context) -> None:
+    """Refuse a near miss of a setting's name before a command that changes the node; warn about it before the
+    others that share its top-level name (`monitor targets`)."""
+    root_ctx = ctx.find_root()
+    if not _may_change_the_node(root_ctx.invoked_subcommand) or (root_ctx.obj or {}).get("near_misses_checked"):
+        return
+    if root_ctx.obj is not None:
+        root_ctx.obj["near_misses_checked"] = True
+    command = " ".join(ctx.command_path.split()[1:])
+    near = [variable for variable in unknown_variables(os.environ) if variable.near_miss]
+    if near and command in CHANGES_THE_NODE:
+        first = near[0]
+        raise ConfigError(f"environment variable {first.name} is not an npuops setting (did you mean "
+                          f"{first.closest}?), and `npuops {command}` changes this node",
+                          f"rename it to {first.closest}, or unset it (`unset {first.name}`)")
+    for variable in near:
+        click.echo(f"npuops: warning: {variable.warning()}", err=True)
 
 
 def load_context_settings(ctx: click.Context, **flags: Any) -> Any:
     """Settings for a command: defaults < config files < NPUOPS_* < global and command flags."""
     from npuops.settings import load_settings
 
+    _check_near_misses(ctx)
     root_ctx = ctx.find_root()
     obj = root_ctx.obj or {}
     merged = dict(obj.get("flags", {}))
@@ -105,13 +143,6 @@ def load_context_settings(ctx: click.Context, **flags: Any) -> Any:
         flags=merged,
         home=Path(home) if home else None,
     )
-    if not obj.get("environment_warned"):
-        from npuops.settings import environment_warnings
-
-        for warning in environment_warnings(os.environ):
-            click.echo(f"npuops: warning: {warning}", err=True)
-        if root_ctx.obj is not None:
-            root_ctx.obj["environment_warned"] = True
     return settings
 
 
@@ -131,8 +162,32 @@ def _wants_json(args: list[str]) -> bool:
     return "--json" in args
 
 
+def _end_tools_and_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT: end the vendor tools running now first. Each runs in a session of its own, so the terminal's Ctrl-C
+    does not reach it, and a worker thread running one would hold the exit until its timeout (npu-smi: 15 s)."""
+    probe = sys.modules.get("npuops.hardware.probe")  # not imported: no tool runs, and a handler imports nothing
+    if probe is not None:
+        probe.RUNNING_TOOLS.stop()
+    raise KeyboardInterrupt
+
+
 def main(args: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _end_tools_and_interrupt) if in_main_thread else None
+    try:
+        code = _run(argv)
+    finally:
+        if previous is not None:  # None: not set from Python (nothing to put back)
+            signal.signal(signal.SIGINT, previous)
+        probe = sys.modules.get("npuops.hardware.probe")
+        if probe is not None:
+            probe.RUNNING_TOOLS.resume()  # a caller that goes on (a test calling main) may run tools again
+    sys.exit(code)
+
+
+def _run(argv: list[str]) -> int:
+    """Run the command; its exit code. Expected errors become one line, a bug a traceback saying so."""
     try:
         rv = cli.main(args=argv, prog_name="npuops", standalone_mode=False)
     except NpuopsError as exc:
@@ -142,25 +197,25 @@ def main(args: list[str] | None = None) -> None:
             click.echo(json.dumps({"ok": False, "error": {"problem": exc.problem, "fix": exc.fix,
                                                           "exit_code": int(exc.exit_code)}}))
         click.echo(f"npuops: error: {exc.one_line()}", err=True)
-        sys.exit(int(exc.exit_code))
+        return int(exc.exit_code)
     except click.exceptions.UsageError as exc:
         # click's own message (with its one "Did you mean ...?" for a misspelt option), on one line.
         cmd = exc.ctx.command_path if exc.ctx else "npuops"
         message = " ".join(exc.format_message().split()).rstrip(".")
         click.echo(f"npuops: usage error: {message}; see `{cmd} --help`", err=True)
-        sys.exit(int(ExitCode.USAGE))
+        return int(ExitCode.USAGE)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("npuops: interrupted", err=True)
-        sys.exit(int(ExitCode.INTERRUPTED))
+        return int(ExitCode.INTERRUPTED)
     except click.exceptions.ClickException as exc:
         click.echo(f"npuops: error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except BrokenPipeError:
         # `npuops node | head`: the reader went away; not an error worth a traceback.
         sys.stderr.close()
-        sys.exit(int(ExitCode.OK))
+        return int(ExitCode.OK)
     except Exception:  # noqa: BLE001 - the one place that turns bugs into a report
         traceback.print_exc()
         click.echo(
@@ -168,5 +223,5 @@ def main(args: list[str] | None = None) -> None:
             "please report it with the traceback above",
             err=True,
         )
-        sys.exit(int(ExitCode.INTERNAL_ERROR))
-    sys.exit(int(rv) if isinstance(rv, int) else int(ExitCode.OK))
+        return int(ExitCode.INTERNAL_ERROR)
+    return int(rv) if isinstance(rv, int) else int(ExitCode.OK)

@@ -30,12 +30,12 @@ def monitor() -> None:
               help="node_exporter's HOST:PORT on each node (the doctor's textfile, the clock), or `none`.")
 @click.option("--npu-exporter", default="none", show_default=True,
               help="MindCluster npu-exporter's HOST:PORT where it runs, or `none`.")
-@click.option("--docs-url", help="Where the check pages are, for the alerts' runbook links "
-              "[default: this npuops' own checks/docs].")
+@click.option("--docs-url", help="Where the check pages are, for the alerts' runbook links: an http(s) or file "
+              "URL, spaces, quotes and braces percent-encoded [default: this npuops' own checks/docs].")
 @click.option("--latency-factor", type=float, default=3.0, show_default=True,
               help="Alert when an instance's TTFT or TPOT p99 is this many times its plan's prediction.")
-@click.option("--scrape-interval", "scrape_interval_s", type=click.IntRange(1, 300), default=15, show_default=True,
-              help="Seconds between scrapes and between rule evaluations.")
+@click.option("--scrape-interval", "scrape_interval_s", type=int, default=15, show_default=True,
+              help="Seconds between scrapes and between rule evaluations (1 to 300).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @fleet_flags(INVENTORY, GROUP, FORKS, ARTIFACTS)
 @click.pass_context
@@ -61,16 +61,21 @@ def render(ctx: click.Context, /, output: Path, node_exporter: str, npu_exporter
         return
     from npuops.monitor.refresh import render_node, save_render
 
-    written, records = render_node(settings.state_dir, output, socket.gethostname(), choices)
+    done = render_node(settings.state_dir, output, socket.gethostname(), choices)
     save_render(settings.state_dir, output, choices)
     if as_json:
-        click.echo(json.dumps({"ok": True, "output": str(output), "files": [str(p) for p in written],
-                               "instances": sorted({r.behind or r.name for r in records})}, indent=2))
-        return
-    click.echo(f"wrote {len(written)} files to {output} for {len(records)} instance part(s)")
-    click.echo(f"  run:   prometheus --config.file={output / 'prometheus.yml'}")
-    click.echo("  check: promtool check config " + str(output / "prometheus.yml"))
-    click.echo("  launch, stop, remove and rollout keep its targets and rules current (Prometheus re-reads them)")
+        click.echo(json.dumps({"ok": not done.refused, "output": str(output), "files": [str(p) for p in done.written],
+                               "instances": sorted({r.behind or r.name for r in done.records}),
+                               "refused": done.refused}, indent=2))
+    else:
+        click.echo(f"wrote {len(done.written)} files to {output} for {len(done.records)} instance part(s)")
+        for line in done.refused:
+            click.echo(f"  not watched: {line}")
+        click.echo(f"  run:   prometheus --config.file={output / 'prometheus.yml'}")
+        click.echo("  check: promtool check config " + str(output / "prometheus.yml"))
+        click.echo("  launch, stop, remove and rollout keep its targets and rules current (Prometheus re-reads them)")
+    if done.refused:
+        raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
 
 
 def _render_group(settings: Any, output: Path, choices: Any, inventory: Path | None, group: str | None, forks: int,
@@ -86,6 +91,7 @@ def _render_group(settings: Any, output: Path, choices: Any, inventory: Path | N
     rendered = render_hosts(hosts, choices)
     written = write_monitoring(output, rendered.files)
     parts = sum(len(records) for _, records in hosts)
+    failed = [*failed, *rendered.refused]
     if as_json:
         click.echo(json.dumps({"ok": not failed, "output": str(output), "files": [str(p) for p in written],
                                "hosts": [reach.host for reach, _ in hosts], "unreachable": rendered.unreachable,
@@ -95,7 +101,7 @@ def _render_group(settings: Any, output: Path, choices: Any, inventory: Path | N
         for line in rendered.unreachable:
             click.echo(f"  not scraped from here: {line} (run Prometheus on that host too)")
         for line in failed:
-            click.echo(f"  no answer: {line}")
+            click.echo(f"  not watched: {line}")
         click.echo(f"  run:   prometheus --config.file={output / 'prometheus.yml'}")
     if failed:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))

@@ -30,7 +30,9 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     with --profiling; the traces open in Perfetto (ui.perfetto.dev) or MindStudio Insight."""
     from npuops.envfile import read_env_file
     from npuops.httpclient import base_url, http_request
-    from npuops.instance.record import load_record
+    from npuops.instance.record import ENV_FILE, load_record
+    from npuops.safefiles import printable
+    from npuops.support.instance_paths import instance_paths
     from npuops.support.profile import run_profile
 
     settings = load_context_settings(ctx)
@@ -41,7 +43,10 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     if not record.serves_api:
         raise UsageError(f"{name} is a part that serves no API on this host",
                          "profile the instance on the host that serves its endpoint")
-    api_key = read_env_file(record.env_file, f"launch {name} again").get("VLLM_API_KEY") if record.api_key else None
+    # Where its env file and traces are, npuops derives (the record's paths are not followed).
+    paths = instance_paths(settings, name, record)
+    env_file = Path(str(paths.instance_dir / ENV_FILE))
+    api_key = read_env_file(env_file, f"launch {name} again").get("VLLM_API_KEY") if record.api_key else None
     url = base_url(record.host, record.port)
     out = output or Path.cwd() / f"npuops-profile-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -53,14 +58,14 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
             click.echo(f"profile: {text}", err=True)
 
     try:
-        run = run_profile(post, settings.host_path(record.profiler_dir), out, seconds, steps=steps,
-                          progress=progress)
+        run = run_profile(post, paths.profiles, out, seconds, steps=steps, progress=progress)
     except RuntimeError as exc:
         raise EnvironmentMissingError(f"profiling {name} failed: {exc}",
                                       f"check `npuops status {name}`; it must be healthy to profile") from None
     assert run.summary is not None
     summary = {"instance": name, "seconds": seconds, "steps": steps, "output": str(out),
                "traces": [str(p) for p in run.traces],
+               "skipped": [{"trace": trace, "why": why} for trace, why in run.skipped],
                **run.summary.to_json(top)}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -70,5 +75,7 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     click.echo(f"{'operator':<58} {'self ms':>9} {'calls':>7}  kind")
     for op in summary["top_operators"]:
         click.echo(f"{op['name'][:58]:<58} {op['self_ms']:>9.1f} {op['calls']:>7}  {op['kind']}")
+    for trace, why in run.skipped:
+        click.echo(printable(f"left out: {trace}: {why}")[:200])
     click.echo(f"traces: {out} (open in ui.perfetto.dev or MindStudio Insight)")
     sys.stdout.flush()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,7 +11,37 @@ from npuops.cli.main import load_context_settings, refresh_monitoring_after
 from npuops.cli.plan_options import plan_override_flags
 from npuops.errors import EnvironmentMissingError, ExitCode, UsageError
 
+if TYPE_CHECKING:  # generic from click 8.2 on; pyproject allows 8.1
+    _ParamType = click.ParamType[Any]
+else:
+    _ParamType = click.ParamType
 
+
+class _NotEmpty(_ParamType):
+    """A text or path option that refuses an empty value: `--model ''` would roll out "no change", `--venv ''` the
+    working directory's bin/vllm."""
+
+    def __init__(self, inner: _ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is empty; give a value, or leave the option out to keep what the revision has",
+                      param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+
+def _refuse_empty_values(command: click.Command) -> click.Command:
+    """Every option of `command` that takes text or a path refuses an empty one (the plan flags are made
+    elsewhere, from the core's declarations: this covers them too)."""
+    for param in command.params:
+        if isinstance(param, click.Option) and isinstance(param.type, (click.types.StringParamType, click.Path)):
+            param.type = _NotEmpty(param.type)
+    return command
+
+
+@_refuse_empty_values
 @click.command()
 @click.argument("name")
 @plan_override_flags
@@ -79,6 +109,8 @@ def rollout(ctx: click.Context, /, name: str, tuned_file: Path | None, vllm_bin:
         raise UsageError("--undo returns to the revision before, as it was", "drop the plan flags, or --undo")
     if vllm_bin and venv:
         raise UsageError("--vllm and --venv name the same thing", "give one of them")
+    if revision_number is not None and from_files is None:
+        raise UsageError("--revision numbers the files staged by a group rollout", "give it with --from-files DIR")
     if (inventory is None) != (group is None):
         raise UsageError("-i/--inventory and --group go together", "give both to roll out over a serving group")
     if weights_shared and inventory is None:
@@ -144,24 +176,38 @@ def _check_stack_flags(stack_row: str | None, stack_options: bool, grouped: bool
 
 
 def _print_history(settings: Any, name: str, as_json: bool) -> None:
+    """Every revision that reads, whether its files are kept for --undo, and each entry or file that does not read
+    (a rollout refuses those; the history shows them to be moved away)."""
     import time
 
-    from npuops.instance.revisions import read_history
+    from npuops.instance.revisions import read_history_listing
+    from npuops.launch.revision_store import revision_files
     from npuops.textout import wrapped
 
-    revisions = read_history(settings.state_dir, name)
+    listing = read_history_listing(settings.state_dir, name)
+    files = {r.number: revision_files(settings.state_dir, name, r.number) for r in listing.revisions}
     if as_json:
-        click.echo(json.dumps({"name": name, "revisions": [r.to_json() for r in revisions]}, indent=2))
+        click.echo(json.dumps({"name": name, "revisions": [
+            {**r.to_json(), "files": files[r.number][0], "files_problem": files[r.number][1]}
+            for r in listing.revisions], "unreadable": [u.to_json() for u in listing.unreadable]}, indent=2))
         return
-    if not revisions:
+    if not listing.revisions and not listing.unreadable:
         click.echo(f"{name} has no revisions (launched by an npuops that kept none)")
-    for r in revisions:
+    for r in listing.revisions:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at))
         click.echo(f"revision {r.number}  {when}  {r.command}: {r.outcome}  ({r.served_model_name})")
         for change in r.changes:
             click.echo(wrapped(change, "    "))
         if r.reason:
             click.echo(wrapped(r.reason, "    why: "))
+        state, problem = files[r.number]
+        if problem:
+            click.echo(wrapped(f"{problem}; neither --undo nor a rollout can use them", f"    files {state}: "))
+    for entry in listing.unreadable:
+        click.echo(wrapped(entry.problem, f"entry {entry.position} of {listing.path}: unreadable: "))
+    if listing.unreadable:
+        click.echo(wrapped(f"a rollout of {name} refuses this history; move {listing.path} away and launch {name} "
+                           "again to start a new one", "fix: "))
 
 
 def _rollout_group(ctx: click.Context, settings: Any, name: str, inventory: Path, group: str, forks: int,

@@ -91,7 +91,7 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
 
     settings = load_context_settings(ctx)
     manager = _manager(settings)
-    records, unreadable = scan_records(settings.state_dir)
+    records, unreadable = scan_records(settings.state_dir, settings.service_data_root)
     statuses = [(r, instance_status(r, manager, metrics_interval_s=0)) for r in records]
     # A replica behind a router is listed too (with its internal URL): `list` is every unit npuops put here.
     if as_json:
@@ -146,20 +146,26 @@ def stop(ctx: click.Context, /, name: str, as_json: bool, inventory: Path | None
         return
     settings = load_context_settings(ctx)
     started = time.monotonic()
-    outcome = stop_by_name(settings.state_dir, name, _manager(settings))
+    outcome = stop_by_name(settings.state_dir, name, _manager(settings), data_root=settings.service_data_root,
+                           lock_as="npuops stop")
     refresh_monitoring_after(settings)
     stopped = outcome.stopped
     seconds = time.monotonic() - started
     if as_json:
         click.echo(json.dumps({"ok": stopped, "name": name, "seconds": round(seconds, 2),
                                "was_running": list(outcome.was_running),
-                               **({"orphans": list(outcome.orphans)} if outcome.orphans else {})}))
-    elif not outcome.was_running and stopped:
-        click.echo(f"{name}: not running (nothing to stop)")
+                               **({"orphans": list(outcome.orphans)} if outcome.orphans else {}),
+                               **({"unreadable": [u.to_json() for u in outcome.unreadable]}
+                                  if outcome.unreadable else {})}))
     else:
-        click.echo(f"{name}: {'stopped' if stopped else 'still running'} ({seconds:.1f} s)")
+        if not outcome.was_running and stopped:
+            click.echo(f"{name}: not running (nothing to stop)")
+        else:
+            click.echo(f"{name}: {'stopped' if stopped else 'still running'} ({seconds:.1f} s)")
         for unit in outcome.orphans:
             click.echo(f"  also {unit}: found in the unit directory, its record unreadable or gone")
+        for damaged in outcome.unreadable:
+            click.echo(f"  {damaged.name}: record unreadable: {damaged.problem}; fix: {damaged.fix}")
     if not stopped:
         raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
 
@@ -176,7 +182,8 @@ def remove(ctx: click.Context, /, name: str, force: bool, as_json: bool) -> None
     from npuops.instance.control import remove_by_name
 
     settings = load_context_settings(ctx)
-    outcome = remove_by_name(settings.state_dir, name, _manager(settings), force=force)
+    outcome = remove_by_name(settings.state_dir, name, _manager(settings), force=force,
+                             data_root=settings.service_data_root, lock_as="npuops remove")
     refresh_monitoring_after(settings)
     if as_json:
         click.echo(json.dumps({"ok": True, "name": name, "units": list(outcome.units),
@@ -233,7 +240,7 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, part: str |
             raise click.exceptions.Exit(int(ExitCode.CHECKS_FAILED))
         return
     settings = load_context_settings(ctx)
-    records = select_part(load_record(settings.state_dir, name), part)
+    records = select_part(load_record(settings.state_dir, name, settings.service_data_root), part)
     record = records[0]
     if as_json:
         logs: dict[str, list[str]] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import yaml
 from npuops.errors import BadInputError, EnvironmentMissingError
 from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.host_results import EventCollector, PlaybookRun
+from npuops.fleet.inventory import host_argument_problem, read_inventory
 from npuops.resources import shipped_dir
 
 # `--host localhost` means this machine over a local connection. The interpreter is the one
@@ -47,11 +47,6 @@ BASE_ENVVARS: Mapping[str, str] = {
     # A failed run must never write a .retry file beside a playbook inside an installed package.
     "ANSIBLE_RETRY_FILES_ENABLED": "False",
 }
-
-# Host names given with --host: what DNS names and IP addresses are made of. Anything else
-# (spaces, quotes, patterns) is refused rather than guessed at.
-_HOST_NAME = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
-
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -81,8 +76,9 @@ def _check_hosts(hosts: Sequence[str]) -> list[str]:
         raise TypeError("hosts must be a list of host names; pass an inventory file as a Path")
     unique: list[str] = []
     for host in hosts:
-        if not isinstance(host, str) or not _HOST_NAME.match(host):
-            raise BadInputError(f"--host {host!r} is not a host name or address",
+        problem = host_argument_problem(host)
+        if problem is not None:
+            raise BadInputError(f"--host {host!r} is not a host name or address: it {problem}",
                                 "give a DNS name or IP address per --host, or use an inventory file with -i")
         if host not in unique:
             unique.append(host)
@@ -103,6 +99,8 @@ def _check_inventory(inventory: Path) -> Path:
                             "pass an existing inventory file or directory with -i, or name hosts with --host")
     if not os.access(path, os.R_OK):
         raise BadInputError(f"inventory {inventory} is not readable", "fix its permissions")
+    # Host names become paths and arguments here (fetched files, --limit): checked before any host is touched.
+    read_inventory(path)
     return path.resolve()
 
 

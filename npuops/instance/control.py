@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import signal
 import socket
+import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from npuops.errors import BadInputError, ConfigError, ServiceManagerError, UsageError
 from npuops.httpclient import client_host
+from npuops.instance.lock import instance_lock
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import (
     MANAGER_SYSTEMD,
+    STATUS_FILE,
     InstanceRecord,
+    UnreadableRecord,
+    is_instance_name,
     load_record,
     read_status,
     remove_instance_dir,
     scan_records,
+    service_status_dir,
 )
+from npuops.settings import Settings
 
 _STOPPED_STATES = ("inactive", "failed")
 
@@ -66,12 +75,13 @@ def stop_foreground(record: InstanceRecord, timeout_s: float) -> bool:
     return not pid_alive(pid)
 
 
-def parts_of(record: InstanceRecord) -> list[InstanceRecord]:
-    """A router's replicas on this host, by their records (a replica whose record is gone is left out)."""
+def parts_of(record: InstanceRecord, data_root: Path | None = None) -> list[InstanceRecord]:
+    """A router's replicas on this host, by their records (a replica whose record is gone or unreadable is left
+    out: find_instance finds its unit in the unit directory)."""
     out = []
     for name in record.replicas:
         try:
-            out.append(load_record(record.directory.parent, name))
+            out.append(load_record(record.directory.parent, name, data_root))
         except (BadInputError, ConfigError):
             continue
     return out
@@ -143,6 +153,8 @@ class StopOutcome:
     orphans: tuple[str, ...] = ()
     # What ran when the stop began (units, and foreground runs by name): empty when there was nothing to stop.
     was_running: tuple[str, ...] = ()
+    # The instance's records that could not be used (itself or a part), with the problem and the fix.
+    unreadable: tuple[UnreadableRecord, ...] = ()
 
 
 def units_on_disk(name: str, unit_dir: Path, owned_elsewhere: set[str]) -> list[str]:
@@ -158,33 +170,60 @@ def units_on_disk(name: str, unit_dir: Path, owned_elsewhere: set[str]) -> list[
 
 @dataclass(frozen=True)
 class InstanceOnNode:
-    """Everything of instance NAME on this node: its readable records (itself, then the parts behind it) and
-    its units, from those records and from the unit directory (a part whose record is damaged still has one)."""
+    """Everything of instance NAME on this node: its readable records (itself, then the parts behind it), its
+    units, from those records and from the unit directory (a part whose record is damaged still has one), and the
+    records of it that cannot be used."""
 
     name: str
     record: InstanceRecord | None
     parts: tuple[InstanceRecord, ...]
     units: tuple[str, ...]
     orphans: tuple[str, ...]  # of `units`, those no readable record accounts for
+    unreadable: tuple[UnreadableRecord, ...] = ()
 
     @property
     def records(self) -> list[InstanceRecord]:
         return [*([self.record] if self.record else []), *self.parts]
 
+    @property
+    def names(self) -> list[str]:
+        """The instance and every part of it on this node, by name: its records', its router's list and its
+        units' (a part whose record is unreadable)."""
+        listed = self.record.replicas if self.record is not None else ()
+        names = [self.name, *listed, *(r.name for r in self.parts), *(u.name for u in self.unreadable),
+                 *map(_instance_of_unit, self.units)]
+        # A unit file named like a part of a 48-character name is no launch's: it has no files of its own.
+        return [n for n in dict.fromkeys(names) if is_instance_name(n)]
 
-def find_instance(state_dir: Path, name: str, manager: SystemdManager) -> InstanceOnNode:
-    """NAME's records and units; an instance that has neither is bad input, named as load_record names it."""
-    records, _ = scan_records(state_dir)
+
+def find_instance(state_dir: Path, name: str, manager: SystemdManager,
+                  data_root: Path | None = None) -> InstanceOnNode:
+    """NAME's records and units; an instance that has neither (nor a record that cannot be read) is bad input,
+    named as load_record names it."""
+    records, unreadable = scan_records(state_dir, data_root)
     record = next((r for r in records if r.name == name), None)
-    parts = tuple(parts_of(record)) if record is not None else ()
+    parts = tuple(parts_of(record, data_root)) if record is not None else ()
     mine = {name, *(p.name for p in parts), *(record.replicas if record else ())}
     owned_elsewhere = {unit for r in records if r.name not in mine and r.behind != name for unit in r.units}
     on_disk = units_on_disk(name, manager.unit_dir, owned_elsewhere)
-    if record is None and not on_disk:
-        load_record(state_dir, name)  # raises: no such instance, or its record's own problem and fix
+    damaged = tuple(u for u in unreadable if u.name in mine or f"npuops-{u.name}.service" in on_disk)
+    if record is None and not on_disk and not any(u.name == name for u in damaged):
+        load_record(state_dir, name, data_root)  # raises: no such instance
     accounted = [u for r in [*([record] if record else []), *parts] if r.manager == MANAGER_SYSTEMD for u in r.units]
     orphans = tuple(u for u in on_disk if u not in accounted)
-    return InstanceOnNode(name, record, parts, (*accounted, *orphans), orphans)
+    return InstanceOnNode(name, record, parts, (*accounted, *orphans), orphans, damaged)
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path, instance: InstanceOnNode, command: str | None) -> Iterator[None]:
+    """The instance's lock (and its router's, for a part behind one) as `command`; none when the caller holds it
+    (a rollout removing its surge replica)."""
+    if command is None:
+        yield
+        return
+    behind = instance.record.behind if instance.record is not None else None
+    with instance_lock(state_dir, [instance.name, *([behind] if behind else [])], command):
+        yield
 
 
 def running_parts(instance: InstanceOnNode, manager: SystemdManager) -> tuple[str, ...]:
@@ -201,11 +240,15 @@ def running_parts(instance: InstanceOnNode, manager: SystemdManager) -> tuple[st
     return tuple(running)
 
 
-def stop_by_name(state_dir: Path, name: str, manager: SystemdManager) -> StopOutcome:
+def stop_by_name(state_dir: Path, name: str, manager: SystemdManager, *, data_root: Path | None = None,
+                 lock_as: str | None = None) -> StopOutcome:
     """`npuops stop NAME`: every part its records name, then every unit of NAME in the unit directory that no
-    readable record accounted for (a replica whose record is damaged still holds its chips)."""
-    instance = find_instance(state_dir, name, manager)
-    return _stop(instance, manager, running_parts(instance, manager))
+    readable record accounted for (a replica whose record is damaged still holds its chips). `lock_as`: the
+    command to hold the instance's lock as; None when the caller holds it."""
+    found = find_instance(state_dir, name, manager, data_root)
+    with _locked(state_dir, found, lock_as):
+        instance = find_instance(state_dir, name, manager, data_root) if lock_as else found
+        return _stop(instance, manager, running_parts(instance, manager))
 
 
 def _stop(instance: InstanceOnNode, manager: SystemdManager, was_running: tuple[str, ...]) -> StopOutcome:
@@ -217,7 +260,7 @@ def _stop(instance: InstanceOnNode, manager: SystemdManager, was_running: tuple[
         for unit in instance.orphans:
             manager.stop(unit)
         stopped = stopped and all(manager.state(u).active_state in _STOPPED_STATES for u in instance.orphans)
-    return StopOutcome(stopped, instance.orphans, was_running)
+    return StopOutcome(stopped, instance.orphans, was_running, instance.unreadable)
 
 
 @dataclass(frozen=True)
@@ -232,12 +275,24 @@ def _instance_of_unit(unit: str) -> str:
     return re.sub(r"(-router|-ray)?\.service\Z", "", unit.removeprefix("npuops-"))
 
 
-def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force: bool = False) -> RemoveOutcome:
+def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force: bool = False,
+                   data_root: Path | None = None, lock_as: str | None = None) -> RemoveOutcome:
     """`npuops remove NAME`: disable and delete every unit of it (found from the records and from the unit
     directory) and the files launch wrote for it and its parts, so nothing of it starts at the next boot. A
     running instance is refused unless `force`, which stops it first as `stop` does; an instance that does not
-    stop is left installed (ServiceManagerError)."""
-    instance = find_instance(state_dir, name, manager)
+    stop is left installed (ServiceManagerError). Every path deleted is derived from the names (the unit
+    directory's, the state dir's, `data_root`'s, the settings' default when None), never taken from a record.
+    `lock_as`: the command to hold the instance's lock as; None when the caller holds it."""
+    found = find_instance(state_dir, name, manager, data_root)
+    with _locked(state_dir, found, lock_as):
+        instance = find_instance(state_dir, name, manager, data_root) if lock_as else found
+        return _remove(state_dir, instance, manager, force=force,
+                       data_root=data_root if data_root is not None else Settings().service_data_root)
+
+
+def _remove(state_dir: Path, instance: InstanceOnNode, manager: SystemdManager, *, force: bool,
+            data_root: Path) -> RemoveOutcome:
+    name = instance.name
     running = running_parts(instance, manager)
     if running and not force:
         raise BadInputError(f"{name} is running ({', '.join(running)})",
@@ -254,19 +309,41 @@ def remove_by_name(state_dir: Path, name: str, manager: SystemdManager, *, force
         for unit in on_disk:
             manager.disable(unit)
             manager.remove_unit(unit)
-    for each_record in instance.records:  # the supervisor's state of a run that no unit will resume
-        Path(each_record.status_file).unlink(missing_ok=True)
-    record = instance.record
-    names = dict.fromkeys([name, *(record.replicas if record else ()), *map(_instance_of_unit, instance.units)])
     removed, kept = [], []
-    for each in names:
+    for each in instance.names:
+        # The supervisor's state of a run that no unit will resume, where launch puts it for either manager.
+        for status_dir in (state_dir / each, service_status_dir(data_root, each)):
+            _unlink_in(status_dir, STATUS_FILE)
         directory = state_dir / each
-        if not directory.is_dir():
-            continue
-        remove_instance_dir(state_dir, each)
-        removed.append(each)
-        if directory.exists():
-            kept.append(str(directory))
-    data = [Path(r.status_file).parent for r in instance.records]
-    kept += [str(d) for d in dict.fromkeys(data) if d.is_dir() and str(d) not in kept]
-    return RemoveOutcome(tuple(on_disk), tuple(removed), tuple(kept))
+        if _is_directory(directory):
+            remove_instance_dir(state_dir, each)
+            removed.append(each)
+        kept += [str(d) for d in (directory, service_status_dir(data_root, each)) if os.path.lexists(d)]
+    return RemoveOutcome(tuple(on_disk), tuple(removed), tuple(dict.fromkeys(kept)))
+
+
+def _is_directory(path: Path) -> bool:
+    """A directory itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _unlink_in(directory: Path, entry: str) -> None:
+    """Delete `entry` of `directory` without following a link on the way: a link in its place is deleted, a
+    `directory` that is a link is left alone (the service user owns what is in it, not the directory itself)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if not stat.S_ISDIR(os.lstat(entry, dir_fd=fd).st_mode):
+            os.unlink(entry, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BadInputError(f"cannot remove {directory / entry}: {exc.strerror}",
+                            f"check {directory}'s permissions and file system, then remove it again") from None
+    finally:
+        os.close(fd)

@@ -12,9 +12,10 @@ import math
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from npuops import __version__
@@ -24,6 +25,7 @@ from npuops.inputfiles import MIB, read_input_text
 from npuops.instance.membership import ClusterMembership
 from npuops.instance.state import SupervisorState
 from npuops.ranges import MAX_DEVICES
+from npuops.safefiles import ConfinedPath, NotRead, read_tail
 from npuops.wire import WireFormatError
 
 # The files of one instance and their modes: the env file may hold an API key.
@@ -35,8 +37,12 @@ FILE_MODES = {CONFIG_FILE: 0o644, ENV_FILE: 0o600}
 _INSTANCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
 
+def is_instance_name(name: object) -> bool:
+    return isinstance(name, str) and _INSTANCE_NAME.fullmatch(name) is not None
+
+
 def validate_instance_name(name: str) -> str:
-    if not isinstance(name, str) or not _INSTANCE_NAME.fullmatch(name):  # fullmatch: `$` lets a final \n through
+    if not is_instance_name(name):  # fullmatch: `$` lets a final \n through
         raise BadInputError(f"instance name {name!r} is not usable",
                             "use 1-48 lower-case letters, digits and dashes, starting with a letter or digit")
     return name
@@ -218,9 +224,13 @@ class InstanceRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str) -> InstanceRecord:
+    def from_json(cls, data: object, where: str) -> InstanceRecord:
+        """A record from its JSON: each field's type and range, and the names and paths launch derives from the
+        instance's name (check_derived). Where it lies on this node is load_record's to check."""
         known = {f.name for f in fields(cls)}
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"the document is {type(data).__name__}, not an object")
             values = {k: v for k, v in data.items() if k in known}
             for f in fields(cls):
                 if f.name in values and f.name != "cluster":
@@ -245,13 +255,16 @@ class InstanceRecord:
             if not isinstance(cluster, dict):
                 raise TypeError("cluster must be an object")
             values["cluster"] = ClusterMembership.from_json(cluster) if cluster else None
-            return cls(**values)
+            record = cls(**values)
+            check_derived(record)
+            return record
         except WireFormatError as exc:
-            raise ConfigError(f"{where} is not an npuops instance record ({exc.reason})",
-                              "re-create it with `npuops launch`") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where} is not an npuops instance record ({exc})",
-                              "re-create it with `npuops launch`") from None
+            raise ConfigError(f"{where} is not an npuops instance record ({exc.reason})", RECREATE) from None
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            raise ConfigError(f"{where} is not an npuops instance record ({exc})", RECREATE) from None
+
+
+RECREATE = "re-create it with `npuops launch` (or uninstall it: `npuops remove NAME`)"
 
 
 # The ranges a record's numbers must lie in: a port beyond 65535 or a device id in the billions would break every
@@ -282,8 +295,9 @@ def _check_field(name: str, annotation: str, value: Any) -> None:
         elif element == "bool":
             ok = isinstance(item, bool)
         elif element in ("int", "float"):
-            ok = isinstance(item, (int, float)) and not isinstance(item, bool) and math.isfinite(item) and (
-                element == "float" or float(item).is_integer())
+            # An int is compared as it is: float() of a 400-digit one would raise OverflowError.
+            ok = not isinstance(item, bool) and (isinstance(item, int) or (
+                isinstance(item, float) and math.isfinite(item) and (element == "float" or item.is_integer())))
         elif element.startswith("dict"):
             ok = isinstance(item, dict)
         else:
@@ -305,33 +319,193 @@ def write_record(record: InstanceRecord) -> Path:
     return path
 
 
-def load_record(state_dir: Path, name: str) -> InstanceRecord:
+# --- what launch derives from an instance's name, and what a record read is held to -----------------------------
+# A record names the files and units root acts on (stop, remove, status, logs): each must be the one launch derives
+# from the instance's name, the state dir and the service data root, or the record is not used (docs/security.md).
+
+RAY_UNIT_SUFFIX = "-ray"
+SERVICE_DIR_PREFIX = "npuops-"
+
+
+def unit_names(name: str) -> tuple[str, ...]:
+    """The units a record of instance `name` may name: its engine's, its router's and its Ray node's."""
+    return tuple(f"npuops-{name}{suffix}{UNIT_SUFFIX}" for suffix in ("", ROUTER_UNIT_SUFFIX, RAY_UNIT_SUFFIX))
+
+
+def service_status_dir(data_root: Path, name: str) -> Path:
+    """A unit's StateDirectory= (npuops-NAME under the service data root): its supervisor's state, engine.log and
+    profiler traces. A foreground run keeps them in its instance directory."""
+    return data_root / f"{SERVICE_DIR_PREFIX}{validate_instance_name(name)}"
+
+
+def _no_parent_steps(what: str, path: str) -> PurePath:
+    """`path` as a PurePath; a `..` in it is refused: where it leads depends on the links on the way."""
+    pure = PurePath(path)
+    if ".." in pure.parts:
+        raise ValueError(f"{what} {path!r:.80} has a '..' in it")
+    return pure
+
+
+def _check_instance_name(what: str, name: str, prefix: str = "") -> None:
+    if not is_instance_name(name) or not name.startswith(prefix):
+        extra = f" starting with {prefix!r}" if prefix else ""
+        raise ValueError(f"{what} {name!r:.60} is not an instance name{extra}")
+
+
+def check_derived(record: InstanceRecord) -> None:
+    """The names and paths a record must hold whatever node it is on (ValueError naming the first that does not):
+    a valid name, its own units, parts named after it, and its paths with no '..', named after it."""
+    name = record.name
+    _check_instance_name("name", name)
+    if record.unit not in (*unit_names(name), *([""] if record.is_replica_set else [])):
+        raise ValueError(f"unit {record.unit!r:.80} is not one of {name}'s (npuops-{name}[-router|-ray].service)")
+    if record.cluster is not None and record.cluster.ray_unit not in (None, unit_names(name)[2]):
+        raise ValueError(f"cluster.ray_unit {record.cluster.ray_unit!r:.80} is not {unit_names(name)[2]}")
+    for replica in record.replicas:
+        _check_instance_name("replica", replica, f"{name}-")
+    if record.behind is not None:
+        _check_instance_name("behind", record.behind)
+        if not name.startswith(f"{record.behind}-"):
+            raise ValueError(f"behind {record.behind!r}: a part's name starts with its router's, {name!r} does not")
+    if _no_parent_steps("instance_dir", record.instance_dir).name != name:
+        raise ValueError(f"instance_dir {record.instance_dir!r:.80} is not a directory named {name}")
+    status = _no_parent_steps("status_file", record.status_file)
+    if status.name != STATUS_FILE or status.parent.name not in (name, f"{SERVICE_DIR_PREFIX}{name}"):
+        raise ValueError(f"status_file {record.status_file!r:.80} is not {name}/{STATUS_FILE} or "
+                         f"{SERVICE_DIR_PREFIX}{name}/{STATUS_FILE}")
+    if record.profiler_dir is not None:
+        # A router's record is made from its first replica's, so it names that replica's traces.
+        owners = {each for n in (name, *record.replicas) for each in (n, f"{SERVICE_DIR_PREFIX}{n}")}
+        profiles = _no_parent_steps("profiler_dir", record.profiler_dir)
+        if len(profiles.parts) < 2 or profiles.parent.name not in owners:
+            raise ValueError(f"profiler_dir {record.profiler_dir!r:.80} is not in the status directory of {name}"
+                             + (" or of a part" if record.replicas else ""))
+    ray_env = record.cluster.ray_env_file if record.cluster is not None else None
+    if ray_env and _no_parent_steps("cluster.ray_env_file", ray_env).parent.name != name:
+        raise ValueError(f"cluster.ray_env_file {ray_env!r:.80} is not in {name}'s instance directory")
+
+
+def _same_path(path: PurePath, expected: Path) -> bool:
+    """Whether `path` is `expected`, compared as written (nothing resolved through links): spelt the same, or the
+    same absolute path when neither has a '..'."""
+    if path == expected:
+        return True
+    return ".." not in expected.parts and os.path.abspath(path) == os.path.abspath(expected)
+
+
+def _check_location(record: InstanceRecord, state_dir: Path, data_root: Path | None) -> None:
+    """Where a record of this node must point (ValueError): its instance directory, and its status file in that
+    directory or, under systemd, in its service's StateDirectory (`data_root`'s npuops-NAME; when the caller does
+    not know the data root, a directory named so)."""
+    own = state_dir / record.name
+    if not _same_path(PurePath(record.instance_dir), own):
+        raise ValueError(f"instance_dir {record.instance_dir!r:.80} is not {own}")
+    ray_env = record.cluster.ray_env_file if record.cluster is not None else None
+    if ray_env and not _same_path(PurePath(ray_env).parent, own):
+        raise ValueError(f"cluster.ray_env_file {ray_env!r:.80} is not in {own}")
+    status_dir = PurePath(record.status_file).parent
+    if not _is_status_dir(status_dir, record.name, record.manager, state_dir, data_root):
+        where = own if record.manager == MANAGER_FOREGROUND else (
+            f"{own} or {service_status_dir(data_root, record.name) if data_root else f'npuops-{record.name}'}")
+        raise ValueError(f"status_file {record.status_file!r:.80} is not in {where}")
+    profiles = PurePath(record.profiler_dir).parent if record.profiler_dir is not None else None
+    if profiles is not None and not any(_is_status_dir(profiles, each, record.manager, state_dir, data_root)
+                                        for each in (record.name, *record.replicas)):
+        raise ValueError(f"profiler_dir {record.profiler_dir!r:.80} is not in a status directory of {record.name}")
+
+
+def _is_status_dir(path: PurePath, name: str, manager: str, state_dir: Path, data_root: Path | None) -> bool:
+    """Whether `path` is where launch puts instance `name`'s supervisor state: its instance directory, or under
+    systemd its StateDirectory (npuops-NAME in `data_root`; in any directory when the caller does not know it)."""
+    if _same_path(path, state_dir / name):
+        return True
+    if manager == MANAGER_FOREGROUND:
+        return False
+    if data_root is None:
+        return path.name == f"{SERVICE_DIR_PREFIX}{name}"
+    return _same_path(path, service_status_dir(data_root, name))
+
+
+def _refuse_link(path: Path, what: str) -> None:
+    """A link where launch writes a directory or a file is not followed: what it points at is not the record's."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise ConfigError(f"{what} {path} is a symbolic link", f"replace it with what `npuops launch` writes "
+                              f"there (or remove the link: `rm {path}`)")
+
+
+def load_record(state_dir: Path, name: str, data_root: Path | None = None) -> InstanceRecord:
+    """Instance `name`'s record, held to what launch derives (check_derived) and to where it lies: its directory
+    in `state_dir`, its status file there or in `data_root`'s npuops-NAME. Anything else is one ConfigError."""
     path = record_path(state_dir, name)
     if not (path.exists() or path.is_symlink()):
         known = [r.name for r in list_records(state_dir)]
         hint = f"known instances: {', '.join(known)}" if known else "no instance was launched here yet"
         raise BadInputError(f"no instance named {name!r} in {state_dir}",
                             f"use a name from `npuops list` ({hint})")
+    _refuse_link(path.parent, "the instance directory")
+    _refuse_link(path, "the instance record")
     # A regular UTF-8 file of bounded size: a FIFO, a huge or a binary file is named, not waited on or crashed on.
     text = read_input_text(path, "instance record", max_bytes=MIB,
                            fix=f"re-create it with `npuops launch` (as {name!r}), or run as a user that can read it")
     try:
         data = json.loads(text)
-    except ValueError:
-        raise ConfigError(f"{path} is not valid JSON", "re-create it with `npuops launch`") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} is not an npuops instance record", "re-create it with `npuops launch`")
-    return InstanceRecord.from_json(data, str(path))
+    except (ValueError, RecursionError):  # a document nested thousands deep is no record either
+        raise ConfigError(f"{path} is not valid JSON", RECREATE) from None
+    if isinstance(data, dict) and data.get("name") != name:  # before the rest: what else it says is another's
+        raise ConfigError(f"{path} is not the record of {name} (it names instance {data.get('name')!r:.60})",
+                          RECREATE)
+    record = InstanceRecord.from_json(data, str(path))
+    try:
+        _check_location(record, state_dir, data_root)
+    except ValueError as exc:
+        status_dir = PurePath(record.status_file).parent
+        # Launched with another service data root (a setting this command was not given): say which.
+        elsewhere = not _is_status_dir(status_dir, name, record.manager, state_dir, data_root) and _is_status_dir(
+            status_dir, name, record.manager, state_dir, None)
+        fix = (f"set service_data_root to {status_dir.parent} (NPUOPS_SERVICE_DATA_ROOT) as at its launch, or "
+               f"{RECREATE}" if elsewhere else RECREATE)
+        raise ConfigError(f"{path} is not an npuops instance record of this node ({exc})", fix) from None
+    return record
 
 
 def remove_instance_dir(state_dir: Path, name: str) -> None:
-    """An instance's directory (record, config, env file) once no launch installs it any more."""
+    """An instance's directory (record, config, env file) once no launch installs it any more: the files launch
+    writes there, by their names, never through a link (a link is deleted, not what it points at)."""
     directory = state_dir / validate_instance_name(name)
-    for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE, REVISIONS_FILE, ROLLOUT_FILE, HOLD_FILE):
-        (directory / entry).unlink(missing_ok=True)
-    shutil.rmtree(directory / REVISIONS_DIR, ignore_errors=True)  # earlier revisions' env files hold the key too
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or a link or a file that launch did not put there: left alone, shown as kept
+    try:
+        for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE, REVISIONS_FILE, ROLLOUT_FILE,
+                      HOLD_FILE, REVISIONS_DIR):
+            _remove_entry(fd, directory, entry)
+    finally:
+        os.close(fd)
     with contextlib.suppress(OSError):
         directory.rmdir()  # only when nothing else (an operator's file) is left in it
+
+
+def _remove_entry(fd: int, directory: Path, entry: str) -> None:
+    try:
+        info = os.lstat(entry, dir_fd=fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInputError(f"cannot remove {directory / entry}: {exc.strerror}",
+                            f"check {directory}'s permissions and file system, then remove it again") from None
+    if stat.S_ISDIR(info.st_mode):
+        if entry == REVISIONS_DIR:  # earlier revisions' env files hold the key too; rmtree follows no link in it
+            shutil.rmtree(directory / entry, ignore_errors=True)
+        return  # a directory where launch writes a file is not launch's: left, shown as kept
+    try:
+        os.unlink(entry, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise BadInputError(f"cannot remove {directory / entry}: {exc.strerror}",
+                            f"check {directory}'s permissions and file system, then remove it again") from None
 
 
 # The state `list` and `status` give an instance whose record cannot be read.
@@ -351,29 +525,43 @@ class UnreadableRecord:
         return {"name": self.name, "state": UNREADABLE, "problem": self.problem, "fix": self.fix}
 
 
-def scan_records(state_dir: Path) -> tuple[list[InstanceRecord], list[UnreadableRecord]]:
+def scan_records(state_dir: Path, data_root: Path | None = None
+                 ) -> tuple[list[InstanceRecord], list[UnreadableRecord]]:
     """Every instance record under state_dir by name: the readable ones, and a row for each one that is not (one
-    bad record never hides or breaks another)."""
+    bad record never hides or breaks another). No state dir: none; a state dir that cannot be read (a regular
+    file, no permission): ConfigError, not "no instances" (their units may run)."""
     records: list[InstanceRecord] = []
     unreadable: list[UnreadableRecord] = []
     try:
         entries = sorted(os.scandir(state_dir), key=lambda e: e.name)
-    except OSError:
+    except FileNotFoundError:
         return [], []
+    except OSError as exc:
+        raise state_dir_error(state_dir, exc) from None
     for entry in entries:
         path = Path(entry.path) / RECORD_FILE
         if not (path.exists() or path.is_symlink()):
             continue
         try:
-            records.append(load_record(state_dir, entry.name))
+            records.append(load_record(state_dir, entry.name, data_root))
         except (BadInputError, ConfigError) as exc:
             unreadable.append(UnreadableRecord(entry.name, exc.problem, exc.fix))
     return records, unreadable
 
 
-def list_records(state_dir: Path) -> list[InstanceRecord]:
+def state_dir_error(state_dir: Path, exc: OSError) -> ConfigError:
+    """A state dir that cannot be used, in one line: a file where the directory should be, or no permission."""
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        return ConfigError(f"the state dir {state_dir} is not a directory",
+                           "point state_dir (NPUOPS_STATE_DIR, /etc/npuops/config.toml) at npuops' state directory, "
+                           "or move that file out of the way")
+    return ConfigError(f"cannot use the state dir {state_dir}: {exc.strerror}",
+                       "run as root (the user that launched the instances), or set state_dir to a directory it can use")
+
+
+def list_records(state_dir: Path, data_root: Path | None = None) -> list[InstanceRecord]:
     """Every readable instance record under state_dir, by name (scan_records also names the unreadable ones)."""
-    return scan_records(state_dir)[0]
+    return scan_records(state_dir, data_root)[0]
 
 
 def begin_foreground_log(record: InstanceRecord, text: str) -> None:
@@ -391,11 +579,21 @@ def write_status(record: InstanceRecord, state: SupervisorState) -> None:
 def read_status(record: InstanceRecord) -> SupervisorState | None:
     """The supervisor's last written state, or None when it never ran (or the file is unreadable or not a
     supervisor's state)."""
+    # The status directory is the service user's to write: the file is read as a regular file only, without
+    # following a link from its directory down (a FIFO there would hang `status` run as root), and bounded.
+    status = PurePosixPath(record.status_file)
     try:
-        data = json.loads(Path(record.status_file).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        tail = read_tail(ConfinedPath(Path(status.parent.parent), PurePosixPath(status.parent.name, status.name)),
+                         cap=STATUS_MAX_BYTES)
+        if tail.left_out:
+            return None
+        data = json.loads(tail.data.decode("utf-8"))
+    except (NotRead, ValueError, RecursionError):
         return None
     try:
         return SupervisorState.from_json(data)
     except WireFormatError:
         return None
+
+
+STATUS_MAX_BYTES = MIB

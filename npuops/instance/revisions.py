@@ -2,10 +2,12 @@
 
 Beside the instance's own files in `<state_dir>/<name>/`:
 - `revisions.json` (0644, no secret): the history, oldest first; each entry a `Revision`.
-- `revisions/<N>/` (0700): `launch.json` (0600: the plan request and the launch choices, whose `--env` values may be
+- `revisions/<N>/`: `launch.json` (0600: the plan request and the launch choices, whose `--env` values may be
   secret) and, for each part the revision installs (a single engine, or each replica behind a router), `<part>/`
   with that part's files as they were installed (vllm.yaml, the env file at 0600, instance.json, the unit). A
   rollback and `rollout --undo` put these back as they were: no planning, no model loading can fail on the way back.
+  So they keep the secrets the revision ran with: every directory from `revisions/` down is 0700, `remove` deletes
+  them with the instance. What is read back is checked (types, names, regular files only) before a rollout uses it.
 - `rollout.json` (0644): a rollout in progress (its pid, the revisions, the part being switched and its step), for
   `status`; stale once its pid is gone.
 - `<part>/rollout-hold` (0644): a replica a rollout holds out of its router until it is verified. The replica's
@@ -16,17 +18,20 @@ Beside the instance's own files in `<state_dir>/<name>/`:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import math
 import os
 import shutil
+import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from npuops.atomic import write_files_as_one_set, write_text_atomic
-from npuops.errors import ConfigError
+from npuops.errors import BadInputError, ConfigError
 from npuops.instance.control import pid_alive
 from npuops.instance.record import (
     HOLD_FILE,
@@ -48,6 +53,11 @@ OUTCOME_SUPERSEDED = "superseded"
 OUTCOME_STOPPED = "stopped"  # a rollout that stopped half-way: some parts serve it, the rest the one before
 OUTCOME_ROLLED_BACK = "rolled back"  # its first part failed and went back: nothing serves it
 OUTCOME_ROLLING_OUT = "rolling out"  # its rollout is under way (or was killed)
+OUTCOMES = (OUTCOME_SERVING, OUTCOME_SUPERSEDED, OUTCOME_STOPPED, OUTCOME_ROLLED_BACK, OUTCOME_ROLLING_OUT)
+# The range of a revision's number and time as a record keeps them (npuops.instance.record): a number names a
+# directory, a time is shown as a date (localtime fails beyond year 9999, and on nan).
+MAX_REVISION = 10**9
+MAX_TIME = 10**11
 
 
 @dataclass(frozen=True)
@@ -71,41 +81,115 @@ class Revision:
 
     @classmethod
     def from_json(cls, data: object) -> Revision:
+        """An entry as to_json wrote it; a number, a time or an outcome npuops never writes is a WireFormatError
+        (a revision number names a directory, the time is shown as a date)."""
         entry = WireObject.wrap(data, "revision")
-        return cls(number=entry.req_integer("number"), at=entry.opt_number("at") or 0.0,
-                   command=entry.req_text("command"), changes=entry.texts("changes"),
+        number = entry.req_integer("number")
+        if not 1 <= number <= MAX_REVISION:
+            raise entry.fail("number", f"is {number}, not a revision number (1 to {MAX_REVISION})")
+        at = entry.opt_number("at") or 0.0
+        if not (math.isfinite(at) and 0 <= at <= MAX_TIME):
+            raise entry.fail("at", f"is {at}, not a time npuops writes (seconds since 1970, up to {MAX_TIME})")
+        outcome = entry.text("outcome", OUTCOME_SERVING)
+        if outcome not in OUTCOMES:
+            raise entry.fail("outcome", f"is {outcome!r}, not one of {', '.join(OUTCOMES)}")
+        return cls(number=number, at=at, command=entry.req_text("command"), changes=entry.texts("changes"),
                    model_path=entry.text("model_path"),
                    served_model_name=entry.text("served_model_name"), parts=entry.texts("parts"),
-                   outcome=entry.text("outcome", OUTCOME_SERVING), reason=entry.text("reason"))
+                   outcome=outcome, reason=entry.text("reason"))
 
 
 def _instance_dir(state_dir: Path, name: str) -> Path:
     return state_dir / validate_instance_name(name)
 
 
-def read_history(state_dir: Path, name: str) -> list[Revision]:
-    """The instance's revisions, oldest first ([] for an instance launched before npuops kept them)."""
+def _history_entries(state_dir: Path, name: str) -> tuple[Path, list[WireObject]]:
+    """revisions.json's entries, unchecked ([] when there is none); the file itself must be a history."""
     path = _instance_dir(state_dir, name) / REVISIONS_FILE
+    fix = f"move it away; the next `npuops launch` of {name} starts a new history"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return []
+        return path, []
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc})",
-                          f"move it away; the next `npuops launch` of {name} starts a new history") from None
+        raise ConfigError(f"{path} is not readable JSON ({exc})", fix) from None
     try:
         if not isinstance(data, dict) or data.get("format") != HISTORY_FORMAT:
             raise WireFormatError("revision history", f"its format is not {HISTORY_FORMAT}")
-        return [Revision.from_json(entry.data) for entry in WireObject.wrap(data, "revisions").objects("revisions")]
+        return path, WireObject.wrap(data, "revisions").objects("revisions")
     except WireFormatError as exc:
-        raise ConfigError(f"{path} is not an npuops revision history ({exc.reason})",
-                          f"move it away; the next `npuops launch` of {name} starts a new history") from None
+        raise ConfigError(f"{path} is not an npuops revision history ({exc.reason})", fix) from None
+
+
+def read_history(state_dir: Path, name: str) -> list[Revision]:
+    """The instance's revisions, oldest first ([] for an instance launched before npuops kept them). Every entry
+    must be one npuops writes, each number once: the next revision's number and directory come from them."""
+    listing = read_history_listing(state_dir, name)
+    if listing.unreadable:
+        first = listing.unreadable[0]
+        raise ConfigError(f"{listing.path} is not an npuops revision history (entry {first.position}: "
+                          f"{first.problem})",
+                          f"`npuops rollout {name} --history` lists what it holds; move it away, and the next "
+                          f"`npuops launch` of {name} starts a new history")
+    return list(listing.revisions)
+
+
+@dataclass(frozen=True)
+class UnreadableEntry:
+    """An entry of revisions.json that is not one npuops writes: its place in the file (from 1) and why."""
+
+    position: int
+    problem: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entry": self.position, "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class HistoryListing:
+    """What `rollout --history` shows: the entries that read, and the ones that do not (a rollout refuses those)."""
+
+    path: Path
+    revisions: tuple[Revision, ...]
+    unreadable: tuple[UnreadableEntry, ...] = ()
+
+
+def read_history_listing(state_dir: Path, name: str) -> HistoryListing:
+    """Every entry of the history, each read on its own: one damaged entry does not hide the others."""
+    path, entries = _history_entries(state_dir, name)
+    revisions: list[Revision] = []
+    unreadable: list[UnreadableEntry] = []
+    for position, entry in enumerate(entries, start=1):
+        try:
+            revision = Revision.from_json(entry.data)
+        except WireFormatError as exc:
+            unreadable.append(UnreadableEntry(position, exc.reason))
+            continue
+        if any(r.number == revision.number for r in revisions):
+            unreadable.append(UnreadableEntry(position, f"revision {revision.number} is in the history twice"))
+            continue
+        revisions.append(revision)
+    return HistoryListing(path, tuple(revisions), tuple(unreadable))
 
 
 def write_history(state_dir: Path, name: str, revisions: Sequence[Revision]) -> None:
     path = _instance_dir(state_dir, name) / REVISIONS_FILE
     data = {"format": HISTORY_FORMAT, "revisions": [r.to_json() for r in revisions]}
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+    with _writing(state_dir, path):
+        write_text_atomic(path, json.dumps(data, indent=1) + "\n", mode=0o644)
+
+
+@contextlib.contextmanager
+def _writing(state_dir: Path, what: Path) -> Iterator[None]:
+    """An OSError writing `what` (a read-only or full file system, a directory that is a file) as one line."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or what
+        problem = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
+        raise BadInputError(f"cannot write {where}: {problem}",
+                            f"make {state_dir} writable: npuops keeps the instances' records and revisions there "
+                            "(setting state_dir; a group's revisions: the controller's --artifacts)") from None
 
 
 def revision_dir(state_dir: Path, name: str, number: int) -> Path:
@@ -122,14 +206,24 @@ class StoredFile:
 def store_revision(state_dir: Path, name: str, number: int, launch: Mapping[str, Any],
                    parts: Mapping[str, Sequence[StoredFile]]) -> Path:
     """A revision's launch (request and choices) and each part's files, as one set; older revisions' files beyond
-    KEEP_FILES are removed (their history entries stay)."""
+    KEEP_FILES are removed (their history entries stay). The request's --env values and the env files may be
+    secret: every directory is 0700 and those files 0600. A set that cannot be written leaves nothing."""
     directory = revision_dir(state_dir, name, number)
-    directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(directory.parent, 0o700)  # the env files below may hold the API key
     files = [(directory / LAUNCH_FILE, json.dumps(dict(launch), indent=1) + "\n", 0o600)]
     for part, stored in parts.items():
         files += [(directory / validate_instance_name(part) / f.name, f.text, f.mode) for f in stored]
-    write_files_as_one_set(files)
+    private = [directory.parent, directory, *(directory / part for part in parts)]
+    created = [d for d in private if not d.exists()]
+    with _writing(state_dir, directory):
+        try:
+            for each in private:
+                each.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.chmod(each, 0o700)
+            write_files_as_one_set(files)
+        except BaseException:
+            for each in reversed(created):  # the set's temporaries are gone already: these hold nothing
+                shutil.rmtree(each, ignore_errors=True)
+            raise
     _prune(directory.parent, keep_from=number - KEEP_FILES + 1)
     return directory
 
@@ -141,28 +235,81 @@ def _prune(revisions: Path, keep_from: int) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _damaged_revision_fix(name: str, directory: Path) -> str:
+    return (f"move {directory} away (`npuops rollout {name} --undo` then returns to the revision before it), or "
+            f"launch {name} again with the configuration you want")
+
+
 def stored_launch(state_dir: Path, name: str, number: int) -> dict[str, Any] | None:
-    """The request and choices revision `number` was made from (None: its files were pruned or never kept)."""
+    """The request and choices revision `number` was made from, each a JSON object as LaunchOrigin wrote them
+    (None: its files were pruned or never kept; ConfigError: they are there and damaged)."""
+    directory = revision_dir(state_dir, name, number)
+    path = directory / LAUNCH_FILE
+    fix = _damaged_revision_fix(name, directory)
     try:
-        data = json.loads((revision_dir(state_dir, name, number) / LAUNCH_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is not readable JSON ({exc})", fix) from None
+    try:
+        kept = WireObject.wrap(data, "revision's launch")
+        kept.require("request", "choices")
+        return {"request": dict(kept.obj("request").data), "choices": dict(kept.obj("choices").data)}
+    except WireFormatError as exc:
+        raise ConfigError(f"{path} is not what npuops keeps of a revision ({exc.reason})", fix) from None
 
 
 def stored_parts(state_dir: Path, name: str, number: int) -> dict[str, list[StoredFile]]:
     """Each part's files of revision `number`, by part name ({} when they are gone)."""
-    return read_parts(revision_dir(state_dir, name, number))
+    directory = revision_dir(state_dir, name, number)
+    return read_parts(directory, _damaged_revision_fix(name, directory))
 
 
-def read_parts(directory: Path) -> dict[str, list[StoredFile]]:
-    """Each part's files in `directory`/<part>/ (a stored revision, or the files a group rollout staged here)."""
+def read_parts(directory: Path, fix: str) -> dict[str, list[StoredFile]]:
+    """Each part's files in `directory`/<part>/ (a stored revision, or the files a group rollout staged here):
+    regular files only, never through a link; a part not named as an instance, a file that is not UTF-8 or
+    cannot be read is a ConfigError with `fix`."""
     parts: dict[str, list[StoredFile]] = {}
-    with contextlib.suppress(OSError):
-        for part in sorted(p for p in directory.iterdir() if p.is_dir()):
-            parts[part.name] = [StoredFile(f.name, f.read_text(encoding="utf-8"), f.stat().st_mode & 0o777)
-                                for f in sorted(part.iterdir()) if f.is_file()]
+    try:
+        entries = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return parts
+    except OSError as exc:
+        raise ConfigError(f"cannot read {directory} ({exc.strerror})", fix) from None
+    for part in entries:
+        if part.is_symlink() or not part.is_dir():
+            continue  # launch.json beside the parts
+        try:
+            validate_instance_name(part.name)
+        except BadInputError:
+            raise ConfigError(f"{part} is not named as a part of an instance", fix) from None
+        parts[part.name] = [_stored_file(f, fix) for f in _entries(part, fix)]
     return parts
+
+
+def _entries(directory: Path, fix: str) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {directory} ({exc.strerror})", fix) from None
+
+
+def _stored_file(path: Path, fix: str) -> StoredFile:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({'a symbolic link' if exc.errno == errno.ELOOP else exc.strerror})",
+                          fix) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path} is not a regular file", fix)
+        try:
+            text = handle.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path} ({exc})", fix) from None
+    return StoredFile(path.name, text, info.st_mode & 0o777)
 
 
 def _flatten(prefix: str, value: Any) -> dict[str, Any]:
@@ -221,8 +368,9 @@ class RolloutProgress:
 
 
 def write_progress(state_dir: Path, name: str, progress: RolloutProgress) -> None:
-    write_text_atomic(_instance_dir(state_dir, name) / ROLLOUT_FILE, json.dumps(progress.to_json()) + "\n",
-                      mode=0o644)
+    path = _instance_dir(state_dir, name) / ROLLOUT_FILE
+    with _writing(state_dir, path):
+        write_text_atomic(path, json.dumps(progress.to_json()) + "\n", mode=0o644)
 
 
 def clear_progress(state_dir: Path, name: str) -> None:

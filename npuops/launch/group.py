@@ -372,6 +372,7 @@ def prepare_group(settings: Settings, request: PlanRequest, choices: LaunchChoic
                              ray_resources=group.ray_node_resources, ray_token=secrets.token_hex(32))
     launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts,
                          strategy="replicas" if replicas else None)
+    launch.notes.extend(plan.model.notes)  # what the model directory lacks (no tokenizer files, ...)
     launch.notes.extend(note for note in (exposure_note(choices.host, api_key), choices.root_note) if note)
     return launch, hosts, ordered
 
@@ -398,7 +399,7 @@ def _prepare_pd_group(settings: Settings, request: PlanRequest, choices: LaunchC
     parts = render_pd_group(pd, spec, serving, unit_dir=settings.unit_dir,
                             env_files=(ASCEND_ENV_FILE,) if plan.rules.needs_cann else ())
     launch = GroupLaunch(group=group.group, name=choices.name, plan=plan, parts=parts, strategy="pd")
-    launch.notes.append(why)
+    launch.notes.extend([*plan.model.notes, why])
     if pd.connector == EXAMPLE_CONNECTOR:
         launch.notes.append(f"ExampleConnector over hosts: {pd_shared_path(pd, spec)} must be one shared file system "
                             "(NFS) on every host of the group, or the decode engines never find the prompts' KV")

@@ -38,12 +38,17 @@ from npuops.instance.revisions import (
     Revision,
     read_history,
     request_changes,
-    stored_launch,
 )
 from npuops.launch.group import GroupChoices, GroupLaunch, prepare_group
 from npuops.launch.multinode import HostPart, PlacedFile
 from npuops.launch.prepare import LaunchChoices
-from npuops.launch.revision_store import finish_revision, group_store, keep_group_revision, next_revision
+from npuops.launch.revision_store import (
+    finish_revision,
+    group_store,
+    keep_group_revision,
+    kept_launch,
+    next_revision,
+)
 from npuops.launch.rollout import RolloutRequest
 from npuops.plan.inputs import PlanRequest
 from npuops.settings import Settings
@@ -177,15 +182,19 @@ def _place_weights(ask: GroupRolloutAsk, model: Path, on_event: Callable[[Playbo
 def _stage(part: HostPart, name: str, staging: Path) -> list[dict[str, str]]:
     """The host's replicas' files under a private staging directory, and the copy manifest to <part>/<file>."""
     entries = []
-    for replica, placed in replica_files(part, name).items():
-        directory = staging / part.host.name / replica
-        directory.mkdir(parents=True, mode=0o700)
-        for f in placed:
-            source = directory / f.path.name
-            fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # env files may hold the API key
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(f.text)
-            entries.append({"src": str(source), "dest": f"{replica}/{f.path.name}", "mode": f"{f.mode:04o}"})
+    try:
+        for replica, placed in replica_files(part, name).items():
+            directory = staging / part.host.name / replica
+            directory.mkdir(parents=True, mode=0o700)
+            for f in placed:
+                source = directory / f.path.name
+                fd = os.open(source, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # env files may hold the API key
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(f.text)
+                entries.append({"src": str(source), "dest": f"{replica}/{f.path.name}", "mode": f"{f.mode:04o}"})
+    except OSError as exc:
+        raise BadInputError(f"cannot stage {part.host.name}'s files in {exc.filename or staging}: {exc.strerror}",
+                            "make the artifacts directory (--artifacts) writable, then roll out again") from None
     return entries
 
 
@@ -206,15 +215,25 @@ def switch_hosts(ask: GroupRolloutAsk, launch: GroupLaunch, batch: Sequence[Host
     outcomes = []
     for part in batch:
         result = run.hosts.get(part.host.name)
-        said = (result.data.get("npuops_switch") if result is not None else None) or ""
-        try:
-            switch = json.loads(said) if said else None
-        except ValueError:
-            switch = None
-        ok = result is not None and result.status == "ok" and bool(switch and switch.get("ok"))
-        message = (switch or {}).get("reason") or (result.message if result is not None else "not reached")
+        switch = _switch_answer(result.data.get("npuops_switch") if result is not None else None)
+        ok = result is not None and result.status == "ok" and bool(switch and switch.get("ok") is True)
+        reason = (switch or {}).get("reason")
+        message = (reason if isinstance(reason, str) and reason else
+                   result.message if result is not None else "not reached")
         outcomes.append(HostOutcome(part.host.name, ok, "" if ok else message, switch))
     return outcomes
+
+
+def _switch_answer(said: object) -> dict[str, Any] | None:
+    """A host's `rollout --from-files --json` as it printed it: a JSON object, or None (another host's answer is
+    data: anything else is no answer)."""
+    if not isinstance(said, str) or not said:
+        return None
+    try:
+        answer = json.loads(said)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 def current_group_revision(ask: GroupRolloutAsk) -> tuple[Path, Revision, dict[str, Any]]:
@@ -226,11 +245,11 @@ def current_group_revision(ask: GroupRolloutAsk) -> tuple[Path, Revision, dict[s
         raise BadInputError(f"no revision of {ask.name} over {ask.where.group} is kept on this controller (in "
                             f"{store})", "launch it over the group from this controller (with the same --artifacts)")
     current = serving[-1]
-    kept = stored_launch(store, ask.name, current.number)
-    if not kept or not kept.get("request"):
+    kept = kept_launch(store, ask.name, current.number)  # checked: every value of the type npuops writes
+    if kept is None or kept.request is None:
         raise BadInputError(f"the request of {ask.name}'s revision {current.number} is not kept in {store}",
                             "launch it over the group again")
-    return store, current, kept
+    return store, current, kept.to_json()
 
 
 def rollout_group(settings: Settings, ask: GroupRolloutAsk,

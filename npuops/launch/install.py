@@ -4,6 +4,7 @@ and follow a start to "healthy" (or to the diagnosis of why not)."""
 from __future__ import annotations
 
 import grp
+import os
 import pwd
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from npuops.instance.access import ServiceIdentity, model_problems, service_prob
 from npuops.instance.control import port_taken
 from npuops.instance.endpoint import health_ok
 from npuops.instance.manager import SystemdManager
-from npuops.instance.record import InstanceRecord, read_status, remove_instance_dir
+from npuops.instance.record import InstanceRecord, read_status, remove_instance_dir, validate_instance_name
 from npuops.instance.state import Stage, SupervisorState
 from npuops.launch.instance_files import InstanceFiles, write_instance_files
 
@@ -103,6 +104,40 @@ def check_service_access(records: Sequence[InstanceRecord], user: str, superviso
                                 first.fix)
 
 
+STATE_DIR_FIX = "make the state directory (setting state_dir) writable, or point it elsewhere"
+UNIT_DIR_FIX = "make the unit directory (setting unit_dir) writable"
+
+
+def check_writable(state_dir: Path, names: Sequence[str], unit_dir: Path | None = None) -> None:
+    """Refuse a launch or a rollout whose files could not be written (a read-only or not-a-directory state or unit
+    dir) before it stops or writes anything: otherwise the running instance would be stopped for files that never
+    land. The writes themselves still name any later failure (a full disk) and leave the old set whole."""
+    places = [(state_dir / validate_instance_name(n), STATE_DIR_FIX) for n in names] or [(state_dir, STATE_DIR_FIX)]
+    if unit_dir is not None:
+        places.append((unit_dir, UNIT_DIR_FIX))
+    for directory, fix in places:
+        problem = _unwritable(directory)
+        if problem:
+            raise BadInputError(f"cannot write {directory}: {problem}", fix)
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why files cannot be created in `directory` (or in it once created), or None. Root passes permission
+    bits, but not a read-only file system."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:  # created with its parents by the write
+        if existing.is_symlink():
+            return f"{existing} is a dangling symbolic link"
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return "read-only file system" + (f" (at {existing})" if existing != directory else "")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "permission denied" + (f" (at {existing})" if existing != directory else "")
+    return None
+
+
 def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str | None = None) -> list[Path]:
     """The instance's own files into <state_dir>/<name>/ (the unit goes through the service manager)."""
     directory = state_dir / instance.name
@@ -115,8 +150,7 @@ def write_instance(instance: InstanceFiles, state_dir: Path, unit_dir_file: str 
         raise BadInputError(f"cannot write {directory}: permission denied",
                             "run `npuops launch` as root (it installs a system service)") from None
     except OSError as exc:  # read-only, full, not a directory: named, never a traceback
-        raise BadInputError(f"cannot write {exc.filename or directory}: {exc.strerror}",
-                            "make the state directory (setting state_dir) writable, or point it elsewhere") from None
+        raise BadInputError(f"cannot write {exc.filename or directory}: {exc.strerror}", STATE_DIR_FIX) from None
 
 
 UNIT_MODE = 0o644
@@ -144,9 +178,9 @@ def install(instances: Sequence[InstanceFiles], state_dir: Path, manager: System
         where = Path(exc.filename) if exc.filename else state_dir
         problem = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
         if not isinstance(exc, PermissionError) and where.is_relative_to(manager.unit_dir):
-            fix = "make the unit directory (setting unit_dir) writable"
+            fix = UNIT_DIR_FIX
         elif not isinstance(exc, PermissionError):
-            fix = "make the state directory (setting state_dir) writable, or point it elsewhere"
+            fix = STATE_DIR_FIX
         else:
             fix = "run `npuops launch` as root (it installs a system service)"
         raise BadInputError(f"cannot write {where}: {problem}", fix) from None

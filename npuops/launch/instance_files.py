@@ -29,6 +29,7 @@ from npuops.instance.record import (
     STATUS_FILE,
     UNIT_SUFFIX,
     InstanceRecord,
+    service_status_dir,
     validate_instance_name,
 )
 from npuops.plan.disaggregation import EXAMPLE_CONNECTOR, DisaggregatedPlan, PdPool
@@ -222,7 +223,9 @@ def _draft_directory(server: ServerOptions) -> str | None:
 
 def _status_dir(spec: LaunchSpec, name: str) -> Path:
     """Where the supervisor keeps its state: the unit's StateDirectory, or the instance directory in a terminal."""
-    return spec.state_dir / name if spec.manager == MANAGER_FOREGROUND else spec.service_data_root / f"npuops-{name}"
+    if spec.manager == MANAGER_FOREGROUND:
+        return spec.state_dir / name
+    return service_status_dir(spec.service_data_root, name)  # what a record read is held to (record.py)
 
 
 PROFILES_DIR = "profiles"

@@ -7,25 +7,25 @@ stage, one when ready, one at exit), since it runs until stopped.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npuops.atomic import exclusive_lock
 from npuops.doctor.model import CheckOutcome, Status
 from npuops.envfile import read_env_file
-from npuops.errors import ExitCode
+from npuops.errors import BadInputError, ExitCode
 from npuops.httpclient import base_url
-from npuops.instance.control import parts_of, stop_foreground
+from npuops.instance.control import parts_of, pid_alive, stop_foreground
 from npuops.instance.endpoint import Completion, first_completion
 from npuops.instance.exit_statuses import unit_diagnosis
+from npuops.instance.lock import instance_lock
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import (
     MANAGER_SYSTEMD,
@@ -42,6 +42,7 @@ from npuops.launch.install import (
     check_ports_free,
     check_service_access,
     check_service_user,
+    check_writable,
     find_conflicts,
     follow_start,
     install,
@@ -118,13 +119,20 @@ def _summary(record: InstanceRecord, seconds: float, completion: Completion, api
              f"  model      {record.served_model_name}",
              f"  first      {completion.tokens} token(s) in {completion.seconds:.2f} s "
              f"(finish: {completion.finish_reason})"]
-    if prediction:
-        parts = [f"TTFT {prediction['ttft_ms']:.0f} ms" if prediction.get("ttft_ms") is not None else "",
-                 f"TPOT {prediction['tpot_ms']:.1f} ms" if prediction.get("tpot_ms") is not None else "",
-                 f"{prediction['output_tokens_per_s']:.0f} output tokens/s"
-                 if prediction.get("output_tokens_per_s") is not None else ""]
+    # A record read back (a rollout's stored revision) may hold anything there: only finite numbers are shown.
+    ttft, tpot, rate = (_predicted(prediction, key) for key in ("ttft_ms", "tpot_ms", "output_tokens_per_s"))
+    parts = [f"TTFT {ttft:.0f} ms" if ttft is not None else "", f"TPOT {tpot:.1f} ms" if tpot is not None else "",
+             f"{rate:.0f} output tokens/s" if rate is not None else ""]
+    if any(parts):
         lines.append(f"  plan       {', '.join(p for p in parts if p)} predicted for {record.hardware_label}")
     return lines
+
+
+def _predicted(prediction: Mapping[str, object], key: str) -> float | None:
+    value = prediction.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _failure_lines(diagnosis: Diagnosis | None, log_tail: Sequence[str]) -> list[str]:
@@ -171,33 +179,36 @@ def verify_lines(outcome: CheckOutcome) -> list[str]:
 
 # --- the foreground -------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def launch_lock(state_dir: Path, names: Sequence[str]) -> Iterator[None]:
-    """One launch per instance name at a time: a second one (of any of `names`) is refused at once, before it
-    mixes its files with the first one's. The locks are files beside the instance directories."""
-    with contextlib.ExitStack() as held:
-        for name in sorted(set(names)):
-            held.enter_context(exclusive_lock(
-                state_dir / f".{name}.lock", f"another `npuops launch` of {name!r} is running on this node",
-                "wait for it to finish (`npuops status` shows it), then launch again"))
-        yield
-
-
 def launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
                       notes: Sequence[str], environ: Mapping[str, str], verify: bool = False,
                       golden: Path | None = None) -> ExitCode | int:
-    with launch_lock(settings.state_dir, [instance.name]):
-        return _launch_foreground(instance, settings, api_key=api_key, as_json=as_json, notes=notes,
-                                  environ=environ, verify=verify, golden=golden)
-
-
-def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: str | None, as_json: bool,
-                       notes: Sequence[str], environ: Mapping[str, str], verify: bool = False,
-                       golden: Path | None = None) -> ExitCode | int:
-    record = instance.record
     report = Reporter(as_json, json_lines=True)
-    verify_failed: list[str] = []
+    # The instance's lock while its files are written and its gate runs, not while it serves: `npuops stop NAME`
+    # stops a foreground run as it stops a unit (a second launch is refused by _refuse_live_foreground).
+    with instance_lock(settings.state_dir, [instance.name], "npuops launch"):
+        if not _prepare_foreground(instance, settings, notes, report):
+            return ExitCode.CHECKS_FAILED
+    return _run_foreground(instance.record, settings, report, api_key=api_key, environ=environ, verify=verify,
+                           golden=golden)
+
+
+def _refuse_live_foreground(records: Sequence[InstanceRecord], settings: Settings) -> None:
+    """A launch does not replace a run in someone's terminal: that run is stopped there, or with `npuops stop`."""
+    existing = {r.name: r for r in list_records(settings.state_dir)}
+    for record in records:
+        old = existing.get(record.name)
+        status = read_status(old) if old is not None and old.manager != MANAGER_SYSTEMD else None
+        if status is not None and status.exit is None and pid_alive(status.supervisor_pid):
+            raise BadInputError(f"{record.name} runs in the foreground (supervisor pid {status.supervisor_pid})",
+                                f"stop it first (Ctrl-C where it runs, or `npuops stop {record.name}`), then launch")
+
+
+def _prepare_foreground(instance: InstanceFiles, settings: Settings, notes: Sequence[str],
+                        report: Reporter) -> bool:
+    """The instance's files, replacing an earlier one of its name, and its start gate; False when it refused."""
+    record = instance.record
     find_conflicts([record], list_records(settings.state_dir))
+    _refuse_live_foreground([record], settings)
     _stop_previous([record], settings, None, report)
     check_ports_free([record])
     write_instance(instance, settings.state_dir)
@@ -213,7 +224,12 @@ def _launch_foreground(instance: InstanceFiles, settings: Settings, *, api_key: 
     report.event(event="gate", **gate.to_json())
     if not gate.ok:
         write_status(record, refusal_status(gate, record.name))
-        return ExitCode.CHECKS_FAILED
+    return gate.ok
+
+
+def _run_foreground(record: InstanceRecord, settings: Settings, report: Reporter, *, api_key: str | None,
+                    environ: Mapping[str, str], verify: bool, golden: Path | None) -> ExitCode | int:
+    verify_failed: list[str] = []
     url = base_url(record.host, record.port)
 
     def on_stage(stage: Stage, detail: str, elapsed: float) -> None:
@@ -283,7 +299,9 @@ def launch_service(instances: Sequence[InstanceFiles], settings: Settings, manag
     """Install and start each instance's unit, following it until its endpoint answers. `supervisor`: the npuops
     executable the units run (checked, like vllm and the model, for what the service user can reach). `origin`:
     what the launch was made from, kept as the instance's next revision (`npuops rollout` starts from it)."""
-    with launch_lock(settings.state_dir, [i.name for i in instances]):
+    # The instance (the router, last) first: a refused command reads "npuops launch of 'NAME'".
+    with instance_lock(settings.state_dir, [instances[-1].name, *(i.name for i in instances)], "npuops launch"):
+        _refuse_live_foreground([i.record for i in instances], settings)
         if origin is not None:
             number = next_revision(settings.state_dir, instances[-1].name)
             instances = [with_revision(i, number) for i in instances]
@@ -299,6 +317,7 @@ def _launch_service(instances: Sequence[InstanceFiles], settings: Settings, mana
                     supervisor: str | None = None, verify: bool = False, golden: Path | None = None) -> ExitCode:
     report = Reporter(as_json)
     records = [i.record for i in instances]
+    check_writable(settings.state_dir, [i.name for i in instances], manager.unit_dir)  # before anything is stopped
     find_conflicts(records, list_records(settings.state_dir))
     check_service_user(service_user)
     check_service_access(records, service_user, supervisor, real_systemd=not manager.is_replacement)

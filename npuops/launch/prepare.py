@@ -164,6 +164,8 @@ def prepare_local(settings: Settings, plan: Plan, choices: LaunchChoices,
     if api_key is None and choices.api_key_file:
         api_key = read_api_key_file(choices.api_key_file)
     ascend_env, notes = cann_environment(settings, plan)
+    # What the model directory lacks that the engine would fail on (no tokenizer files, ...): the plan's warnings.
+    notes = [*plan.model.notes, *notes]
     notes += [note for note in (exposure_note(choices.host, api_key), choices.root_note) if note]
     spec = LaunchSpec(
         name=choices.name, host=choices.host, port=choices.port, api_key=api_key, service_user=choices.service_user,

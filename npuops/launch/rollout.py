@@ -22,7 +22,9 @@ from typing import Any
 from npuops.doctor.model import Status
 from npuops.envfile import read_env_file
 from npuops.errors import BadInputError, ConfigError, NpuopsError
+from npuops.inputfiles import read_input_text
 from npuops.instance.control import parts_of
+from npuops.instance.lock import instance_lock
 from npuops.instance.manager import SystemdManager
 from npuops.instance.record import (
     CONFIG_FILE,
@@ -49,19 +51,22 @@ from npuops.instance.revisions import (
     read_parts,
     release_hold,
     request_changes,
-    stored_launch,
+    revision_dir,
     stored_parts,
     write_progress,
 )
 from npuops.instance.router_admin import join_router, worker_change
-from npuops.launch.install import install
+from npuops.launch.install import check_writable, install
 from npuops.launch.instance_files import InstanceFiles, RenderedFile
-from npuops.launch.local import Reporter, begin_start, follow_started, launch_lock, verify_served
+from npuops.launch.local import Reporter, begin_start, follow_started, verify_served
+from npuops.launch.prepare import LaunchChoices
 from npuops.launch.revision_store import (
+    KeptLaunch,
     finish_revision,
     keep_revision,
+    kept_launch,
     next_revision,
-    record_of,
+    stored_as_files,
     switched_parts,
     with_revision,
 )
@@ -153,16 +158,10 @@ def installed_files(record: InstanceRecord, manager: SystemdManager) -> Instance
     except OSError as exc:
         raise ConfigError(f"cannot read {record.name}'s installed {exc.filename or 'files'} ({exc.strerror})",
                           f"launch {record.behind or record.name} again") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{record.name}'s installed {names[len(files)] if len(files) < len(names) else 'unit'} "
+                          "is not UTF-8 text", f"launch {record.behind or record.name} again") from None
     return InstanceFiles(record.name, tuple(files), record.unit, record)
-
-
-def _stored_as_files(stored: Mapping[str, Any], number: int, where: str) -> dict[str, InstanceFiles]:
-    out = {}
-    for part, files in stored.items():
-        record = record_of(files, f"{where}/{part}")
-        rendered = tuple(RenderedFile(f.name, f.text, f.mode) for f in files)
-        out[part] = with_revision(InstanceFiles(part, rendered, record.unit, record), number)
-    return out
 
 
 def _api_key(record: InstanceRecord) -> str | None:
@@ -173,14 +172,15 @@ def _api_key(record: InstanceRecord) -> str | None:
 
 # --- choosing the target ----------------------------------------------------------------------------------------
 
-def _staged_target(ask: RolloutRequest, number: int, api_key: str | None) -> _Target:
+def _staged_target(ask: RolloutRequest, number: int, api_key: str | None,
+                   running: Sequence[InstanceRecord]) -> _Target:
     assert ask.from_files is not None
-    staged = read_parts(ask.from_files)
+    fix = "give the directory the group rollout staged (DIR/<part>/<file>), or roll the group out again"
+    staged = read_parts(ask.from_files, fix)
     if not staged or not all(staged.values()):
-        raise BadInputError(f"--from-files {ask.from_files} holds no part's files",
-                            "give the directory the group rollout staged (DIR/<part>/<file>)")
+        raise BadInputError(f"--from-files {ask.from_files} holds no part's files", fix)
     origin = LaunchOrigin({}, {}, "rollout (group)", (f"the group's revision {number}, staged in {ask.from_files}",))
-    return _Target(number, origin, _stored_as_files(staged, number, str(ask.from_files)), api_key)
+    return _Target(number, origin, stored_as_files(staged, number, ask.from_files, fix, running), api_key)
 
 
 def _current(history: Sequence[Revision], name: str) -> Revision:
@@ -194,39 +194,44 @@ def _current(history: Sequence[Revision], name: str) -> Revision:
 
 
 def _undo_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
-                 api_key: str | None) -> _Target:
+                 api_key: str | None, running: Sequence[InstanceRecord]) -> _Target:
     name = ask.name
     current = _current(history, name)
     for earlier in reversed([r for r in history if r.number < current.number and r.outcome != OUTCOME_ROLLED_BACK]):
+        directory = revision_dir(settings.state_dir, name, earlier.number)
         stored = stored_parts(settings.state_dir, name, earlier.number)
-        launch = stored_launch(settings.state_dir, name, earlier.number)
-        if stored and launch is not None:
+        kept = kept_launch(settings.state_dir, name, earlier.number)
+        if stored and kept is not None:
+            launch = kept.to_json()
             origin = LaunchOrigin(launch["request"], launch["choices"], "rollout --undo",
                                   (f"back to revision {earlier.number} ({earlier.command}, "
                                    f"{earlier.served_model_name} from {earlier.model_path})",))
+            fix = (f"move {directory} away (`npuops rollout {name} --undo` then returns to the revision before "
+                   f"it), or roll out the configuration you want: `npuops rollout {name} --model DIR`")
+            parts = stored_as_files(stored, number, directory, fix, running)
             surge = None
             if ask.surge:  # the earlier revision's request planned again, for its one extra replica
-                surge = _planned(settings, ask.name, PlanRequest.from_json(launch["request"]), launch["choices"],
-                                 api_key, number, surge=True)[1]
-            return _Target(number, origin, _stored_as_files(stored, number, f"revision {earlier.number}"), api_key,
-                           surge)
+                if kept.request is None or kept.choices is None:
+                    raise BadInputError(f"revision {earlier.number} of {name} keeps no request to plan a surge "
+                                        "replica from", "roll it back without --surge (--allow-downtime)")
+                surge = _planned(settings, ask.name, kept.request, kept.choices, api_key, number, surge=True)[1]
+            return _Target(number, origin, parts, api_key, surge)
     raise BadInputError(f"{name} has no earlier revision to return to (revision {current.number} is its first, "
                         "or the files of the earlier ones were pruned)",
                         f"roll out the revision you want: `npuops rollout {name} --model DIR`")
 
 
-def _planned(settings: Settings, name: str, request: PlanRequest, kept_choices: Mapping[str, Any],
+def _planned(settings: Settings, name: str, request: PlanRequest, choices: LaunchChoices,
              api_key: str | None, number: int, *, vllm: str | None = None,
              surge: bool = False) -> tuple[list[InstanceFiles], InstanceFiles | None]:
     """The request planned and rendered for this node as the instance's revision `number`: the parts to switch
     (served under the name clients know) and, with `surge`, the temporary extra replica."""
-    from npuops.launch.prepare import LaunchChoices, prepare_local
+    from npuops.launch.prepare import prepare_local
     from npuops.plan.request import plan_request
 
     if request.pd is not None or request.nodes != 1:
         raise BadInputError("rollout switches the replicas of one node's instance",
                             f"launch {name} again for a disaggregated or multi-node configuration")
-    choices = LaunchChoices.from_json(kept_choices)
     if vllm:
         choices = replace(choices, vllm=vllm)
     running = load_record(settings.state_dir, name)
@@ -247,25 +252,31 @@ def _planned(settings: Settings, name: str, request: PlanRequest, kept_choices: 
     return parts, extra
 
 
+def _kept_request(settings: Settings, name: str, number: int) -> tuple[PlanRequest, LaunchChoices]:
+    """The request and choices revision `number` was made from, which a rollout plans again."""
+    kept: KeptLaunch | None = kept_launch(settings.state_dir, name, number)
+    if kept is None:
+        raise BadInputError(f"the request of {name}'s revision {number} is not kept",
+                            f"launch {name} again with the configuration you want")
+    if kept.request is None or kept.choices is None:
+        raise BadInputError(f"{name} here is one host's part of a group's instance",
+                            "roll the group out from the controller: `npuops rollout NAME -i INVENTORY --group GROUP`")
+    return kept.request, kept.choices
+
+
 def _new_target(settings: Settings, ask: RolloutRequest, history: Sequence[Revision], number: int,
                 api_key: str | None) -> _Target:
     current = _current(history, ask.name)
-    kept = stored_launch(settings.state_dir, ask.name, current.number)
-    if kept is None:
-        raise BadInputError(f"the request of {ask.name}'s revision {current.number} is not kept",
-                            f"launch {ask.name} again with the configuration you want")
-    if not kept.get("request"):
-        raise BadInputError(f"{ask.name} here is one host's part of a group's instance",
-                            "roll the group out from the controller: `npuops rollout NAME -i INVENTORY --group GROUP`")
-    before = PlanRequest.from_json(kept["request"])
+    before, kept_choices = _kept_request(settings, ask.name, current.number)
     request = (ask.tuned or before).with_flags(ask.flags)
     changes = request_changes(before.to_json(), request.to_json())
-    parts, surge = _planned(settings, ask.name, request, kept["choices"], api_key, number, vllm=ask.vllm,
+    parts, surge = _planned(settings, ask.name, request, kept_choices, api_key, number, vllm=ask.vllm,
                             surge=ask.surge)
-    if ask.vllm and ask.vllm != kept["choices"].get("vllm"):
-        changes.append(f"vllm: {kept['choices'].get('vllm') or 'the serving venv'} -> {ask.vllm}")
-    choices = dict(kept["choices"], vllm=ask.vllm) if ask.vllm else kept["choices"]
-    origin = LaunchOrigin(request.to_json(), choices, "rollout", tuple(changes) or ("no change: a rolling restart",))
+    if ask.vllm and ask.vllm != kept_choices.vllm:
+        changes.append(f"vllm: {kept_choices.vllm or 'the serving venv'} -> {ask.vllm}")
+    choices = replace(kept_choices, vllm=ask.vllm) if ask.vllm else kept_choices
+    origin = LaunchOrigin(request.to_json(), choices.to_json(), "rollout",
+                          tuple(changes) or ("no change: a rolling restart",))
     return _Target(number, origin, {i.name: i for i in parts}, api_key, surge)
 
 
@@ -291,9 +302,22 @@ def _check_same_shape(name: str, instances: Sequence[InstanceFiles], settings: S
                             f"{', '.join(now)}", fix)
     for instance in instances:
         if instance.record.is_router:
-            installed = json.loads(current.config_file.read_text(encoding="utf-8")).get("argv") or []
+            installed = _installed_router_argv(current)
             if _routing(json.loads(instance.file(ROUTER_CONFIG_FILE).text)["argv"]) != _routing(installed):
                 raise BadInputError(f"the new revision changes {name}'s router (its policy or its replicas)", fix)
+
+
+def _installed_router_argv(router: InstanceRecord) -> list[str]:
+    """The running router's command line from its router.json (one line naming the file where it is not one)."""
+    fix = f"launch {router.name} again"
+    try:
+        data = json.loads(read_input_text(router.config_file, "router configuration", fix=fix))
+    except (ValueError, RecursionError):
+        raise ConfigError(f"{router.config_file} is not JSON", fix) from None
+    argv = data.get("argv") if isinstance(data, dict) else None
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ConfigError(f"{router.config_file} has no router command line (argv)", fix)
+    return [str(a) for a in argv]
 
 
 # --- switching one part -------------------------------------------------------------------------------------------
@@ -312,7 +336,10 @@ class _Context:
 def _start_and_verify(files: InstanceFiles, ctx: _Context, golden: Path | None) -> tuple[str, dict[str, Any] | None]:
     """Install the part's files, start it, follow it to healthy and ask a first request (and the golden file):
     "" when it serves, else why not."""
-    install([files], ctx.settings.state_dir, ctx.manager)
+    try:
+        install([files], ctx.settings.state_dir, ctx.manager)
+    except NpuopsError as exc:  # a full disk: the set was not written, the part is reported, not abandoned
+        return f"its files could not be installed: {exc.one_line()}", None
     record = files.record
     # A rollout's starts are the operator's, not a crash loop: they do not count toward StartLimitBurst=.
     ctx.manager.reset_failed(record.unit)
@@ -448,13 +475,15 @@ def _parts(record: InstanceRecord, ask: RolloutRequest, manager: SystemdManager)
 
 def rollout_instance(settings: Settings, manager: SystemdManager, ask: RolloutRequest,
                      report: Reporter) -> RolloutResult:
-    with launch_lock(settings.state_dir, [ask.name]):
+    with instance_lock(settings.state_dir, [ask.name], "npuops rollout"):
         return _rollout(settings, manager, ask, report)
 
 
 def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, report: Reporter) -> RolloutResult:
     record = load_record(settings.state_dir, ask.name)
     parts = _parts(record, ask, manager)
+    # Before anything is planned or a replica stopped: a read-only state or unit dir would strand it.
+    check_writable(settings.state_dir, [ask.name, *(p.name for p in parts)], manager.unit_dir)
     history = read_history(settings.state_dir, ask.name)
     api_key = _api_key(parts[0])
     if ask.from_files is not None:
@@ -463,11 +492,11 @@ def _rollout(settings: Settings, manager: SystemdManager, ask: RolloutRequest, r
         current = (_current(history, ask.name) if history else
                    Revision(parts[0].revision, 0.0, "launch", (), parts[0].model_path, record.served_model_name,
                             tuple(p.name for p in parts)))
-        target = _staged_target(ask, number, api_key)
+        target = _staged_target(ask, number, api_key, parts)
     else:
         current = _current(history, ask.name)
         number = next_revision(settings.state_dir, ask.name)
-        target = (_undo_target(settings, ask, history, number, api_key) if ask.undo else
+        target = (_undo_target(settings, ask, history, number, api_key, parts) if ask.undo else
                   _new_target(settings, ask, history, number, api_key))
     command = target.origin.command
     if sorted(target.parts) != sorted(p.name for p in parts):

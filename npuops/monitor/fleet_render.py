@@ -21,7 +21,9 @@ from npuops.fleet.group_ops import HostAnswer, run_on_hosts
 from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.instance.record import InstanceRecord
 from npuops.monitor.refresh import serving_records
-from npuops.monitor.targets import Reach
+from npuops.monitor.targets import Reach, reach_problem
+from npuops.monitor.values import quoted, record_problem
+from npuops.wire import WireFormatError, WireObject
 
 TARGETS_ARGS = ("monitor", "targets", "--json")
 
@@ -32,18 +34,58 @@ def node_answer(records: Sequence[InstanceRecord]) -> dict[str, Any]:
             "records": [r.to_json() for r in serving_records(records)]}
 
 
-def _is_here(host: InventoryHost, answer: Mapping[str, Any]) -> bool:
+def _is_here(host: InventoryHost, hostname: str) -> bool:
     try:
         if ipaddress.ip_address(host.address).is_loopback:
             return True
     except ValueError:
         pass
-    return answer.get("hostname") == socket.gethostname()
+    return hostname == socket.gethostname()
+
+
+# More parts than any node serves: an answer beyond it is not a node's (and would be a huge target file).
+MAX_RECORDS = 1000
+_WHAT = "`npuops monitor targets --json` answer"
+_UPGRADE = "upgrade npuops there"
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    """A line about another host's answer, bounded (its values are already shown by repr)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def host_part(host: InventoryHost, answer: object) -> tuple[Reach, list[InstanceRecord]]:
+    """One host's answer as its reach and records, each checked as untrusted input: the document's types and size,
+    each record as npuops reads one, and every value a record puts into Prometheus' files (values.record_problem).
+    Anything else is one BadInputError (pure)."""
+    try:
+        doc = WireObject(answer, _WHAT)
+        doc.require("records")
+        items, hostname = doc.objects("records"), doc.text("hostname")
+    except WireFormatError as exc:
+        raise WireFormatError(_WHAT, exc.reason, _UPGRADE) from None
+    if len(items) > MAX_RECORDS:
+        raise WireFormatError(_WHAT, f"{len(items)} records, more than the {MAX_RECORDS} npuops reads", _UPGRADE)
+    try:
+        records = [InstanceRecord.from_json(dict(item.data), f"record {i}") for i, item in enumerate(items)]
+    except ConfigError as exc:
+        raise BadInputError(f"its npuops answered no records npuops reads ({exc.problem})", _UPGRADE) from None
+    reach = Reach(host.name, host.address, _is_here(host, hostname))
+    problem = reach_problem(reach)
+    if problem:
+        raise BadInputError(f"not watched: {problem}", "give the host an IP address or DNS name in the inventory "
+                            "(ansible_host) and a name of printable text")
+    problem = next((f"instance {quoted(r.name)}: {why}" for r in records if (why := record_problem(r))), None)
+    if problem:
+        raise BadInputError(f"not watched: {problem}", "relaunch that instance there with `npuops launch` (its "
+                            "record is not one npuops writes), or upgrade npuops there")
+    return reach, records
 
 
 def hosts_from_answers(hosts: Sequence[InventoryHost], answers: Mapping[str, HostAnswer]
                        ) -> tuple[list[tuple[Reach, list[InstanceRecord]]], list[str]]:
-    """Each answering host's reach and records (pure), and the hosts that did not answer, with why."""
+    """Each answering host's reach and records (pure), and the hosts that did not answer or whose answer is not
+    one npuops trusts, with why."""
     found: list[tuple[Reach, list[InstanceRecord]]] = []
     failed: list[str] = []
     for host in hosts:
@@ -53,11 +95,9 @@ def hosts_from_answers(hosts: Sequence[InventoryHost], answers: Mapping[str, Hos
                           + (f" ({answer.fix})" if answer and answer.fix else ""))
             continue
         try:
-            records = [InstanceRecord.from_json(dict(r), f"{host.name}'s instance") for r in answer.answer["records"]]
-        except (KeyError, TypeError, ValueError, ConfigError) as exc:
-            failed.append(f"{host.name}: its npuops answered no records npuops reads ({exc}); upgrade npuops there")
-            continue
-        found.append((Reach(host.name, host.address, _is_here(host, answer.answer)), records))
+            found.append(host_part(host, answer.answer))
+        except BadInputError as exc:
+            failed.append(_clip(f"{host.name}: {exc.one_line()}"))
     return found, failed
 
 

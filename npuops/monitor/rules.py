@@ -3,20 +3,28 @@ the alerts with a summary, a description that names the fix (a doctor check or a
 
 The latency alerts are per instance: an instance's TTFT or TPOT p99 above its own plan's prediction by a factor
 means something for that model on that hardware, where one fixed threshold would be noise for a 400B model and
-silence for a tiny one. Everything is rendered through yaml.safe_dump: an instance name or a check id never
-reaches the file as YAML syntax.
+silence for a tiny one.
+
+Escaping belongs to each consumer's syntax. Everything is rendered through yaml.safe_dump (a name never reaches the
+file as YAML syntax); an instance name inside an expression is a PromQL string (`_promql_string`). Prometheus
+expands every alert's annotations and labels as Go templates, so no name is ever written into one: a template
+holds fixed text and `{{ $labels.x }}` / `{{ $value }}` only (`Alert` refuses anything else), and the name reaches
+the alert's text as the value of a label its expression selects, which Prometheus prints and never executes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from npuops.errors import BadInputError
 from npuops.instance.record import InstanceRecord
 from npuops.monitor.targets import ENGINES_JOB, ROUTERS_JOB
+from npuops.monitor.values import predicted, quoted
 
 # The alerts' default thresholds (the doctor's own for chip temperature: npuops/data/doctor_thresholds.toml).
 LATENCY_FACTOR = 3.0
@@ -52,12 +60,44 @@ class Alert:
     runbook: str = ""  # the doctor check whose page (docs_url/ID.md, `npuops doctor --explain ID`) is the runbook
     labels: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for text in (self.summary, self.description, self.runbook, *self.labels.values()):
+            if not is_fixed_template(text):
+                raise ValueError(f"alert {self.name}: {text!r} holds more than fixed text and label references")
+
     def to_yaml(self, docs_url: str) -> dict[str, Any]:
         annotations = {"summary": self.summary, "description": self.description}
-        if self.runbook:
-            annotations["runbook_url"] = f"{docs_url.rstrip('/')}/{self.runbook}.md"
+        if self.runbook and docs_url:
+            annotations["runbook_url"] = f"{check_docs_url(docs_url).rstrip('/')}/{self.runbook}.md"
         return {"alert": self.name, "expr": self.expr, "for": self.for_,
                 "labels": {"severity": self.severity, **self.labels}, "annotations": annotations}
+
+
+# The only template actions npuops writes: a label of the alert's series, or its value.
+_ACTION = re.compile(r"\{\{ (\$labels\.[a-zA-Z_][a-zA-Z0-9_]*|\$value) \}\}")
+
+
+def is_fixed_template(text: str) -> bool:
+    """Whether Go's text/template reads `text` as fixed text and `{{ $labels.x }}` / `{{ $value }}` actions only
+    (no brace outside them: a single one could begin an action beside another)."""
+    rest = _ACTION.sub("", text)
+    return "{" not in rest and "}" not in rest
+
+
+# A runbook URL's characters: RFC 3986's, less the quotes (and no space, brace or control character, so nothing in
+# it opens a template action or ends a YAML or HTML attribute).
+_URL = re.compile(r"(https?://[A-Za-z0-9.-]|file:///)[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]*")
+MAX_URL = 2048
+
+
+def check_docs_url(url: str) -> str:
+    """--docs-url: an http(s) or file URL of plain URL characters (percent-encode the rest), or "" for no runbook
+    links; else BadInputError."""
+    if not isinstance(url, str) or len(url) > MAX_URL or not (url == "" or _URL.fullmatch(url)):
+        raise BadInputError(f"--docs-url {quoted(url)} is not an http(s) or file URL of plain URL characters",
+                            "give the URL of the check pages, e.g. https://example.com/npuops/checks/docs "
+                            "(spaces, quotes and braces percent-encoded), or '' for no runbook links")
+    return url
 
 
 def _p99(metric: str, matcher: str = "") -> str:
@@ -167,44 +207,47 @@ def _instances(records: Sequence[InstanceRecord]) -> dict[str, InstanceRecord]:
 
 
 def prediction_recordings(records: Sequence[InstanceRecord]) -> list[Recording]:
-    """Each instance's plan prediction as constant series (`vector(x)` labelled with the instance)."""
+    """Each instance's plan prediction as constant series (`vector(x)` labelled with the instance: a recording's
+    labels are written as they are, never expanded)."""
     out = []
     for name, record in _instances(records).items():
         for recorded, key, scale in PREDICTIONS:
-            value = float((record.prediction or {}).get(key) or 0) * scale
+            value = predicted(record, key) * scale
             if value > 0:
                 out.append(Recording(recorded, f"vector({value:.6g})", {"npuops_instance": name}))
     return out
 
 
 def latency_alerts(records: Sequence[InstanceRecord], factor: float = LATENCY_FACTOR) -> list[Alert]:
-    """For each instance with a prediction, TTFT and TPOT p99 above `factor` times its plan's prediction."""
+    """For each instance with a prediction, TTFT and TPOT p99 above `factor` times its plan's prediction. The
+    instance's name is in the expression only (a PromQL string); its series carry it as `npuops_instance`, which
+    the alert's text refers to."""
     out: list[Alert] = []
     for name, record in _instances(records).items():
-        prediction = record.prediction or {}
-        label = {"npuops_instance": name}
         for what, key, recorded in (("TTFT", "ttft_ms", "npuops:ttft_seconds:p99"),
                                     ("TPOT", "tpot_ms", "npuops:tpot_seconds:p99")):
-            predicted_s = float(prediction.get(key) or 0) / 1000
+            predicted_s = predicted(record, key) / 1000
             if predicted_s <= 0:
                 continue
             limit = round(predicted_s * factor, 6)
             out.append(Alert(
                 f"Npuops{what}AbovePrediction", f'{recorded}{{npuops_instance="{_promql_string(name)}"}} > {limit}',
-                f"{name}'s {what} p99 is over {factor:g}x its prediction",
-                f"the plan predicted {predicted_s * 1000:g} ms for {name}'s workload: compare `npuops bench "
-                f"{name}` with `npuops plan`; a slower node or a heavier workload than planned", for_="15m",
-                runbook=INSTANCE_PAGE, labels=label))
+                f"{_INSTANCE}'s {what} p99 is over {factor:g}x its prediction",
+                f"the plan predicted {predicted_s * 1000:g} ms for {_INSTANCE}'s workload: compare `npuops bench "
+                f"{_INSTANCE}` with `npuops plan`; a slower node or a heavier workload than planned", for_="15m",
+                runbook=INSTANCE_PAGE))
     return out
 
 
 def _promql_string(value: str) -> str:
-    """A value inside a PromQL double-quoted string (instance names are [a-z0-9-]; escaped all the same)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A value inside a PromQL double-quoted string, Go's escapes (instance names are [a-z0-9-]; escaped all the
+    same): a backslash and a quote escaped, a control character as its code point."""
+    return "".join("\\" + c if c in '\\"' else f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c for c in value)
 
 
 def rules_file(records: Sequence[InstanceRecord], docs_url: str, factor: float = LATENCY_FACTOR) -> str:
     """The rule file: the recordings, the node's alerts and each instance's latency alerts (YAML)."""
+    check_docs_url(docs_url)
     alerts = [*ALERTS, *latency_alerts(records, factor)]
     rendered = [alert.to_yaml(docs_url) for alert in alerts]
     recordings = [*RECORDINGS, *prediction_recordings(records)]

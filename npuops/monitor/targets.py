@@ -16,6 +16,7 @@ from typing import Any
 
 from npuops.httpclient import client_host
 from npuops.instance.record import InstanceRecord
+from npuops.monitor.values import LABEL_NAME, WILDCARD_BINDS, host_problem, label_value_problem, split_address
 
 ENGINES_JOB = "npuops-engines"
 ROUTERS_JOB = "npuops-routers"
@@ -30,11 +31,16 @@ class TargetGroup:
     target: str
     labels: dict[str, str]
 
+    def __post_init__(self) -> None:
+        # npuops' label names are its own constants: one Prometheus refuses is a bug here, not bad input.
+        bad = [name for name in self.labels if not LABEL_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"label names {bad} are not Prometheus label names")
+
     def to_json(self) -> dict[str, Any]:
         return {"targets": [self.target], "labels": dict(self.labels)}
 
 
-_WILDCARDS = ("0.0.0.0", "", "*", "::")  # noqa: S104 - binds, read from records
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
@@ -51,9 +57,16 @@ class Reach:
         """Where Prometheus scrapes a server bound to `bind` on that host, or None (loopback elsewhere)."""
         if self.here:
             return client_host(bind)
-        if bind in _WILDCARDS:
+        if bind in WILDCARD_BINDS:
             return self.address
         return None if bind in _LOOPBACK else bind
+
+
+def reach_problem(reach: Reach) -> str | None:
+    """Why a host's parts cannot be rendered as it is reached, or None: its name is the `host` label, and its
+    address (from elsewhere) where Prometheus scrapes."""
+    return label_value_problem(reach.host, "host name") or (
+        None if reach.here else host_problem(reach.address, "its address"))
 
 
 def _address(host: str, port: int) -> str:
@@ -105,9 +118,9 @@ def node_targets(address: str | None, reach: Reach) -> list[TargetGroup]:
     reached at the node's address from elsewhere (an exporter meant to be scraped listens beyond loopback)."""
     if not address:
         return []
-    bind, _, port = address.rpartition(":")
-    where = reach.where(bind.strip("[]")) or reach.address
-    return [TargetGroup(_address(where, int(port)), {"role": "node", "host": reach.host})]
+    bind, port = split_address(address, "the exporter's address")
+    where = reach.where(bind) or reach.address
+    return [TargetGroup(_address(where, port), {"role": "node", "host": reach.host})]
 
 
 def file_sd(groups: Sequence[TargetGroup]) -> str:

@@ -2,8 +2,9 @@
 
 The manifest (manifest.json, the bundle's first member) lists every file with its sha256, size and the command or
 path it came from, whether it was cut to the per-file cap (logs keep their end, where a failure is), and every item
-that was skipped with why (a tool not installed, a file absent or unreadable, the bundle's own cap reached). The
-archive is written to a temporary file beside its destination and renamed into place (0600: it holds logs).
+that was skipped with why (a tool not installed, a file absent or unreadable, a link or a FIFO not followed, the
+bundle's own cap reached). The archive is written to a temporary file beside its destination and renamed into place
+(0600: it holds logs); the destination is checked first (`check_destination`): a bundle replaces only a bundle.
 """
 
 from __future__ import annotations
@@ -13,19 +14,29 @@ import hashlib
 import io
 import json
 import os
+import stat
 import tarfile
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from npuops.errors import BadInputError
+from npuops.safefiles import ConfinedPath, NotRead, kind, open_regular
 from npuops.support.redact import Redactor
 
 MANIFEST = "manifest.json"
 FILE_CAP_BYTES = 8 * 2**20
 BUNDLE_CAP_BYTES = 256 * 2**20
 TRUNCATED_NOTE = b"[... cut by npuops collect: the file's first %d bytes are left out, its end is kept ...]\n"
+BUNDLE_SUFFIX = ".tar.gz"
+# Bounds on a bundle read back (another host's, or the file an --output would replace): its manifest, its members.
+MANIFEST_READ_CAP = 64 * 2**20
+MAX_MEMBERS = 100_000
+# Where a file is never written, whatever --force says: the kernel's pseudo-filesystems.
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
 
 
 @dataclass(frozen=True)
@@ -74,15 +85,16 @@ class Bundle:
     def size(self) -> int:
         return sum(len(d) for d in self._data.values())
 
-    def add(self, path: str, data: bytes | str, source: str) -> bool:
-        """Add a file (redacted, then cut to the file cap keeping its end); False, with the reason in `skipped`,
-        where the bundle's cap has no room for it."""
+    def add(self, path: str, data: bytes | str, source: str, *, left_out: int = 0) -> bool:
+        """Add a file (redacted, then cut to the file cap keeping its end): a file's `data` comes already bounded,
+        its tail read from the end with `left_out` bytes before it unread (npuops.safefiles.read_tail); a command's
+        output is cut here. False, with the reason in `skipped`, where the bundle's cap has no room for it."""
         path = _member_path(path)
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
         clean = self.redactor.data(raw)
-        truncated = len(clean) > self.file_cap
+        dropped = left_out + max(0, len(clean) - self.file_cap)
+        truncated = dropped > 0
         if truncated:
-            dropped = len(clean) - self.file_cap
             clean = (TRUNCATED_NOTE % dropped) + clean[-self.file_cap:]
         if self.size + len(clean) > self.bundle_cap:
             self.skipped.append(Skipped(path, f"the bundle's cap of {self.bundle_cap // 2**20} MiB is reached "
@@ -103,10 +115,15 @@ class Bundle:
         return {**self.meta, "files": [f.as_dict() for f in self.files],
                 "skipped": [s.as_dict() for s in self.skipped]}
 
-    def write(self, destination: Path) -> Path:
-        """The bundle as a .tar.gz at `destination` (0600), written atomically."""
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
+    def write(self, destination: Path, *, force: bool = False) -> Path:
+        """The bundle as a .tar.gz at `destination` (0600), written atomically, where check_destination allows."""
+        check_destination(destination, force=force)
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{destination.name}.", dir=destination.parent)
+        except OSError as exc:
+            raise BadInputError(f"cannot write the bundle in {destination.parent}: {exc.strerror}",
+                                "give --output a path in a directory you can write") from None
         try:
             with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
                 now = time.time()
@@ -117,25 +134,95 @@ class Bundle:
                     info.size, info.mtime, info.mode = len(payload), int(now), 0o600
                     tar.addfile(info, io.BytesIO(payload))
             os.chmod(tmp_name, 0o600)
-            os.replace(tmp_name, destination)
-        except BaseException:
+            os.replace(tmp_name, destination)  # a rename: replaces a link or a FIFO there, never follows or opens it
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
+            if isinstance(exc, OSError):
+                raise BadInputError(f"cannot write the bundle {destination}: {exc.strerror}",
+                                    "give --output a path on a disk with room for it") from None
             raise
         return destination
 
 
-def read_bundle(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """A bundle's manifest and files (for merging host bundles and for tests); refuses members that would land
-    outside the bundle or are not regular files."""
+def _existing_ancestor(path: Path) -> Path:
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_destination(destination: Path, *, force: bool) -> None:
+    """Refuse, in one line with the fix, a destination a bundle must not be written to: under /proc or /sys, in a
+    directory that is a file, over a directory or a device (always), or over anything that is not a bundle of ours
+    (a FIFO, a link, another file) unless `force`. A bundle of ours is replaced."""
+    destination = destination.absolute()
+    ancestor = _existing_ancestor(destination.parent)
+    if not ancestor.is_dir():
+        raise BadInputError(f"--output {destination} cannot be written: {ancestor} is not a directory",
+                            "give --output a path in a directory")
+    real = Path(os.path.realpath(ancestor))
+    if any(real == p or p in real.parents for p in PSEUDO_FILESYSTEMS):
+        raise BadInputError(f"--output {destination} is under {real}, a kernel pseudo-filesystem",
+                            "give --output a path on a disk, e.g. ./bundle.tar.gz")
+    try:
+        info = os.lstat(destination)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BadInputError(f"--output {destination} cannot be checked: {exc.strerror}",
+                            "give --output another path") from None
+    mode = info.st_mode
+    if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        raise BadInputError(f"--output {destination} is {kind(mode)}; a bundle never replaces one",
+                            "give --output a file name")
+    if stat.S_ISREG(mode) and is_our_bundle(destination):
+        return
+    if not force:
+        what = "a file that is not an npuops bundle" if stat.S_ISREG(mode) else kind(mode)
+        raise BadInputError(f"--output {destination} exists and is {what}",
+                            "choose another --output, or add --force to replace it (a link is replaced, not "
+                            "followed)")
+
+
+def is_our_bundle(path: Path) -> bool:
+    """Whether `path` is a bundle npuops wrote: a .tar.gz whose first member is our manifest (read in bounded memory,
+    without following a link)."""
+    if not path.name.endswith(BUNDLE_SUFFIX):
+        return False
+    try:
+        with open_regular(ConfinedPath(path.parent, PurePosixPath(path.name))) as (fd, _info), \
+                os.fdopen(os.dup(fd), "rb") as raw, tarfile.open(fileobj=raw, mode="r:gz") as tar:
+            first = tar.next()
+            if first is None or first.name != MANIFEST or not first.isfile() or first.size > MANIFEST_READ_CAP:
+                return False
+            extracted = tar.extractfile(first)
+            manifest = json.loads(extracted.read(MANIFEST_READ_CAP)) if extracted is not None else None
+    except (NotRead, OSError, EOFError, tarfile.TarError, zlib.error, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and isinstance(manifest.get("files"), list) and \
+        isinstance(manifest.get("skipped"), list)
+
+
+def read_bundle(path: Path, *, max_bytes: int = 2 * BUNDLE_CAP_BYTES) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """A bundle's manifest and files (for merging host bundles and for tests); refuses (ValueError) members that
+    would land outside the bundle or are not regular files, and more than `max_bytes` or MAX_MEMBERS (another
+    host's bundle is read in bounded memory)."""
     files: dict[str, bytes] = {}
+    total = 0
     with tarfile.open(path, mode="r:gz") as tar:
-        for member in tar.getmembers():
+        for count, member in enumerate(tar, start=1):
             name = _member_path(member.name)
             if not member.isfile():
                 raise ValueError(f"{path}: member {name!r} is not a regular file")
+            total += member.size
+            if count > MAX_MEMBERS or total > max_bytes:
+                raise ValueError(f"{path} holds more than {MAX_MEMBERS} files or {max_bytes // 2**20} MiB")
             extracted = tar.extractfile(member)
             assert extracted is not None
-            files[name] = extracted.read()
+            files[name] = extracted.read(member.size)
+    if MANIFEST not in files:
+        raise ValueError(f"{path} has no {MANIFEST}")
     manifest = json.loads(files.pop(MANIFEST))
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: its {MANIFEST} is not an object")
     return manifest, files

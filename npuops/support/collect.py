@@ -10,14 +10,19 @@ What it gathers (each part skipped, with why, where it cannot be had; npuops/sup
 - `npu-smi info`, each chip's `npu-smi info -t health`, each NPU port's `hccn_tool -link -g` and `-net_health -g`,
   `msnpureport`'s export where the tool exists; `pip freeze` of the serving venv; uname and os-release.
 
-Secrets never enter it: every file passes one Redactor that knows each instance's API key, Ray token and the env
-files' secret variables (npuops/support/redact.py).
+What the engine's service user can write is read as hostile input (npuops/safefiles.py): every path is derived by
+npuops from the state dir, the instance's name and the settings (npuops/support/instance_paths.py), never taken from
+a record; only regular files are read, no link is followed, a FIFO is never opened, and a file's tail is read from
+its end, so a 512 MiB log costs its last 8 MiB. What is left out is listed in the manifest with why.
+
+Secrets never enter it: every file passes one Redactor that knows the secrets of every instance of the node (each
+env file, kept revision and record: npuops/support/node_instances.py, npuops/support/redact.py).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
-import os
 import pwd
 import re
 import socket
@@ -25,20 +30,23 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from npuops import __version__
-from npuops.envfile import parse_env_file
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import stack_interpreter
-from npuops.instance.record import InstanceRecord, list_records
+from npuops.safefiles import ConfinedPath, NotRead, printable, read_tail, untrusted_absolute, walk_regular_files
 from npuops.settings import Settings
 from npuops.support.bundle import Bundle
-from npuops.support.redact import Redactor, secret_values
+from npuops.support.instance_paths import InstancePaths, confined_record
+from npuops.support.node_instances import NodeInstance, learn_secrets, node_instances
+from npuops.support.redact import Redactor
 
 # launch's service user (npuops/launch/instance_files.py SERVICE_USER; support may not import launch's layer).
 DEFAULT_SERVICE_USER = "npuops"
+# A user name as useradd takes it: nothing that could climb out of ascend-logs/<user>/ in the bundle.
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 
 Progress = Callable[[str], None]
 # CANN's logs: what `ascend/log` under a user's home holds (plog: the host processes' logs; device-N: the chips').
@@ -47,12 +55,15 @@ ASCEND_LOG_PARTS = ("debug/plog", "run/plog", "debug/device-*", "run/device-*", 
 # An instance may move vllm-ascend's logs elsewhere: --additional-config's ascend_log_path.
 # (vllm.yaml holds --additional-config as a JSON string in YAML double quotes: its quotes come escaped.)
 ASCEND_LOG_PATH = re.compile(r'ascend_log_path\\?"?\s*:\s*\\?"([^"\\]+)')
+CONFIG_READ_CAP = 2**20
 MAX_LOG_FILES = 40  # per log directory tree, newest first
+# Entries a tree may have that are not taken (links, FIFOs, ...) listed one by one in the manifest, then counted.
+MAX_REFUSED_LISTED = 20
 # Kernel messages worth a support case: the NPU driver's, OOM kills, crashes.
 KERNEL_PATTERN = re.compile(r"(?i)davinci|\bnpu|hisi|ascend|devmm|drv_|hccn|out of memory|oom[-_ ]kill|"
                             r"killed process|segfault|general protection|call trace|pcie bus error")
 COMMAND_TIMEOUT_S = 120.0
-UNIT_DIRS = (Path("/etc/systemd/system"), Path("/run/systemd/system"))
+RUNTIME_UNIT_DIR = Path("/run/systemd/system")
 SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -71,36 +82,36 @@ class CollectRequest:
     bundle_cap: int = 256 * 2**20
 
 
-def instance_secrets(records: list[InstanceRecord]) -> list[str]:
-    """Every secret value the instances' env files hold (their API keys, Ray tokens, secret variables)."""
-    found: list[str] = []
-    for record in records:
-        try:
-            found += secret_values(parse_env_file(record.env_file.read_text(encoding="utf-8", errors="replace")))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def _since_arg(since_s: int) -> str:
     return f"-{since_s}s"
 
 
+@dataclass(frozen=True)
+class LogTree:
+    label: str  # ascend-logs/<label>/ in the bundle
+    top: ConfinedPath
+    parts: tuple[str, ...]  # the parts of the tree to take (glob patterns of leading directories); () all of it
+    origin: str  # whose logs they are, for the manifest
+
+
 class NodeCollector:
-    """Gathers one node's parts into a Bundle."""
+    """Gathers one node's parts into a Bundle. Every file is read through npuops.safefiles (regular files only, no
+    link followed, the tail from the end), from paths npuops derives itself."""
 
     def __init__(self, settings: Settings, request: CollectRequest, progress: Progress | None = None) -> None:
         self.settings = settings
         self.request = request
         self.probe = Probe(settings)
         self.progress = progress or (lambda _text: None)
+        every = node_instances(settings)
         # A name takes its router's replicas along (their records name the router in `behind`).
-        self.records = [r for r in list_records(settings.state_dir)
-                        if not request.names or r.name in request.names or r.behind in request.names]
-        missing = sorted(set(request.names) - {r.name for r in self.records})
-        self.bundle = Bundle(Redactor(instance_secrets(self.records)), bundle_cap=request.bundle_cap)
+        self.instances = [i for i in every if not request.names or i.name in request.names
+                          or (i.record is not None and i.record.behind in request.names)]
+        missing = sorted(set(request.names) - {i.name for i in self.instances})
+        # The secrets of every instance of the node (not only those asked for: the node's journal names them all).
+        self.bundle = Bundle(Redactor(learn_secrets(every)), bundle_cap=request.bundle_cap)
         for name in missing:
-            self.bundle.skip(f"instance {name}", "no such instance on this node (`npuops list` names them)")
+            self.bundle.skip(f"instance {printable(name)}", "no such instance on this node (`npuops list` names them)")
 
     # --- helpers ------------------------------------------------------------------------------------------------
     def _command(self, path: str, *argv: str, timeout: float = COMMAND_TIMEOUT_S) -> None:
@@ -114,28 +125,47 @@ class NodeCollector:
             text += f"\n[exit {result.returncode}{': ' + result.error if result.error else ''}]\n"
         self.bundle.add(path, text, " ".join(argv))
 
-    def _file(self, path: str, source: Path) -> None:
+    def _file(self, path: str, source: ConfinedPath, *, quiet_if_missing: bool = False) -> None:
+        """A file's tail (the file cap's worth, from the end); anything but a regular file is skipped with why."""
         try:
-            data = source.read_bytes()
-        except FileNotFoundError:
-            self.bundle.skip(path, f"{source} does not exist")
+            tail = read_tail(source, cap=self.bundle.file_cap, whole_lines=True)
+        except NotRead as exc:
+            if not (quiet_if_missing and exc.missing):
+                self.bundle.skip(path, exc.reason)
             return
-        except OSError as exc:
-            self.bundle.skip(path, f"cannot read {source}: {exc.strerror}")
-            return
-        self.bundle.add(path, data, str(source))
+        self.bundle.add(path, tail.data, str(source), left_out=tail.left_out)
+
+    def _tree(self, base: str, top: ConfinedPath, *, since: float | None = None, parts: tuple[str, ...] = (),
+              limit: int | None = None) -> None:
+        """The regular files of a directory tree under base/ (those modified since `since`, below `parts`, the
+        newest `limit`), every link, FIFO or device in it listed as skipped."""
+        walk = walk_regular_files(top)
+        for relative, why in walk.refused[:MAX_REFUSED_LISTED]:
+            self.bundle.skip(f"{base}/{printable(str(relative))}", f"{top / relative} {why}")
+        if len(walk.refused) > MAX_REFUSED_LISTED:
+            self.bundle.skip(base, f"{len(walk.refused) - MAX_REFUSED_LISTED} more entries of {top} that are not "
+                                   "regular files were left out")
+        if walk.incomplete:
+            self.bundle.skip(base, f"{top} has {walk.incomplete}")
+        files = sorted((f for f in walk.files if (since is None or f.mtime >= since) and _below(f.relative, parts)),
+                       key=lambda f: f.mtime, reverse=True)
+        if limit is not None and len(files) > limit:
+            self.bundle.skip(base, f"{len(files) - limit} older log files left out (the newest {limit} are in)")
+            files = files[:limit]
+        for found in sorted(files, key=lambda f: f.relative):
+            self._file(f"{base}/{printable(str(found.relative))}", top / found.relative)
 
     # --- the parts ----------------------------------------------------------------------------------------------
     def collect(self) -> Bundle:
         host = socket.gethostname()
         self.bundle.meta.update({"npuops_version": __version__, "host": host, "collected_at": time.time(),
                                  "since_s": self.request.since_s,
-                                 "instances": [r.name for r in self.records]})
+                                 "instances": [i.name for i in self.instances]})
         node = self._node()
         self._doctor()
-        for record in self.records:
-            self.progress(f"{host}: instance {record.name}")
-            self._instance(record)
+        for instance in self.instances:
+            self.progress(f"{host}: instance {instance.name}")
+            self._instance(instance)
         self.progress(f"{host}: CANN logs and kernel messages")
         self._ascend_logs()
         self._kernel()
@@ -168,91 +198,108 @@ class NodeCollector:
             return
         self.bundle.add("doctor.json", json.dumps(report.to_json(), indent=2), "npuops doctor --level 2 --json")
 
-    def _status(self, record: InstanceRecord, base: str) -> None:
+    def _status(self, instance: NodeInstance, base: str) -> None:
         """`npuops status NAME --json`: the unit's state, the supervisor's stage and the diagnosis of a failure."""
         from npuops.instance.manager import service_manager
         from npuops.instance.status import instance_status
 
+        if instance.record is None:
+            self.bundle.skip(f"{base}/status-report.json", instance.problem)
+            return
         try:
-            report = instance_status(record, service_manager(self.settings), metrics_interval_s=0.2)
+            # status reads the supervisor's file by name: only when it is a regular file (a FIFO would block it).
+            read_tail(instance.paths.status_file, cap=1)
+        except NotRead as exc:
+            if not exc.missing:
+                self.bundle.skip(f"{base}/status-report.json", f"not asked: {exc.reason}")
+                return
+        try:
+            report = instance_status(confined_record(instance.record, instance.paths), service_manager(self.settings),
+                                     metrics_interval_s=0.2)
         except Exception as exc:  # noqa: BLE001 - a bundle is wanted most when the instance is broken
             self.bundle.skip(f"{base}/status-report.json", f"its status failed: {exc}")
             return
         self.bundle.add(f"{base}/status-report.json", json.dumps(report.to_json(), indent=2),
-                        f"npuops status {record.name} --json")
+                        f"npuops status {instance.name} --json")
 
-    def _instance(self, record: InstanceRecord) -> None:
-        base = f"instances/{record.name}"
-        self._status(record, base)
-        if record.directory.is_dir():
-            for path in sorted(p for p in record.directory.rglob("*") if p.is_file()):
-                self._file(f"{base}/files/{path.relative_to(record.directory)}", path)
-        self._file(f"{base}/status.json", Path(record.status_file))
-        self._file(f"{base}/engine.log", record.engine_log)
+    def _instance(self, instance: NodeInstance) -> None:
+        base, paths = f"instances/{instance.name}", instance.paths
+        if instance.problem:
+            self.bundle.skip(f"{base}/instance.json", instance.problem)
+        self._status(instance, base)
+        try:
+            self._tree(f"{base}/files", paths.instance_dir)
+        except NotRead as exc:
+            self.bundle.skip(f"{base}/files", exc.reason)
+        self._file(f"{base}/status.json", paths.status_file)
+        self._file(f"{base}/engine.log", paths.engine_log)
+        self._units(base, paths)
+
+    def _units(self, base: str, paths: InstancePaths) -> None:
         since = _since_arg(self.request.since_s)
-        for unit in record.units:
-            for directory in UNIT_DIRS:
-                unit_file = directory / unit
-                if unit_file.exists():
-                    self._file(f"{base}/units/{unit}", unit_file)
+        for unit in paths.units:
+            for directory in dict.fromkeys((self.settings.unit_dir, RUNTIME_UNIT_DIR)):
+                self._file(f"{base}/units/{unit}", ConfinedPath(directory, PurePosixPath(unit)), quiet_if_missing=True)
             self._command(f"{base}/systemctl-show-{unit}.txt", "systemctl", "show", "--no-pager", unit)
             self._command(f"{base}/journal-{unit}.log", "journalctl", "--unit", unit, "--since", since,
                           "--no-pager", "--output", "short-iso")
 
     def _service_users(self) -> list[str]:
         """The users the instances run as (launch's default where a record names none)."""
-        users = {r.service_user or DEFAULT_SERVICE_USER for r in self.records}
+        users = {i.record.service_user or DEFAULT_SERVICE_USER for i in self.instances if i.record is not None}
         return sorted(users or {DEFAULT_SERVICE_USER})
 
-    def _log_homes(self) -> Iterator[tuple[str, Path, tuple[str, ...]]]:
-        """(label, directory, its parts to read): CANN's and vllm-ascend's logs of root and of the service users,
-        and the vllm-ascend log directories the instances name."""
-        seen: set[Path] = set()
-        homes = [("root", Path("/root"))]
+    def _log_trees(self) -> Iterator[LogTree]:
+        """CANN's and vllm-ascend's logs of root and of the service users, and the vllm-ascend log directories the
+        instances name (each only where it is an absolute path outside /proc, /sys and /dev)."""
+        host = self.settings.host_path
+        yield LogTree("root", ConfinedPath(host("/root"), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS, "root")
         for user in self._service_users():
+            if not USER_NAME.fullmatch(user):
+                self.bundle.skip(f"ascend-logs/{printable(user)}", "not a user name: its logs are not looked for")
+                continue
             try:
-                homes.append((user, Path(pwd.getpwnam(user).pw_dir)))
+                home = pwd.getpwnam(user).pw_dir
             except KeyError:
                 self.bundle.skip(f"ascend-logs/{user}", f"no user {user} on this node")
-        for who, home in homes:
-            for root in {home / "ascend" / "log", *([Path(os.environ["ASCEND_PROCESS_LOG_PATH"])]
-                                                    if os.environ.get("ASCEND_PROCESS_LOG_PATH") else [])}:
-                if root not in seen:
-                    seen.add(root)
-                    yield who, root, ASCEND_LOG_PARTS
-        for record in self.records:
-            try:
-                config = record.config_file.read_text(encoding="utf-8", errors="replace")
-            except OSError:
                 continue
-            for found in ASCEND_LOG_PATH.findall(config):
-                if Path(found) not in seen and Path(found).is_absolute():
-                    seen.add(Path(found))
-                    yield f"{record.name}-vllm-ascend", Path(found), ("",)
+            yield LogTree(user, ConfinedPath(host(home), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS, user)
+        process_log = self.settings.environ.get("ASCEND_PROCESS_LOG_PATH")
+        if process_log:  # root's own environment: its path is trusted as given
+            yield LogTree("ascend-process-log-path", ConfinedPath(host(process_log)), ASCEND_LOG_PARTS,
+                          "ASCEND_PROCESS_LOG_PATH")
+        for instance in self.instances:
+            label = f"{instance.name}-vllm-ascend"
+            for found in self._ascend_log_paths(instance):
+                try:
+                    path = untrusted_absolute(found)
+                except NotRead as exc:
+                    self.bundle.skip(f"ascend-logs/{label}", f"ascend_log_path in its vllm.yaml: {exc.reason}")
+                    continue
+                # A path a file names: every component of it opened without following a link.
+                yield LogTree(label, ConfinedPath(host("/"), path.relative_to("/")), (), f"{instance.name}'s "
+                              "ascend_log_path")
+
+    def _ascend_log_paths(self, instance: NodeInstance) -> list[str]:
+        try:
+            config = read_tail(instance.paths.instance_dir / "vllm.yaml", cap=CONFIG_READ_CAP).data
+        except NotRead:
+            return []
+        return ASCEND_LOG_PATH.findall(config.decode("utf-8", "replace"))
 
     def _ascend_logs(self) -> None:
         cutoff = time.time() - self.request.since_s
-        for who, root, parts in self._log_homes():
-            host_root = self.settings.host_path(root)
-            if not host_root.is_dir():
-                self.bundle.skip(f"ascend-logs/{who}", f"{root} does not exist (no CANN process logged as {who})")
+        seen: set[str] = set()
+        for tree in self._log_trees():
+            if str(tree.top) in seen:
                 continue
-            files: list[tuple[float, Path]] = []
-            for part in parts:
-                for directory in (host_root.glob(part) if part else [host_root]):
-                    for path in directory.rglob("*"):
-                        try:
-                            mtime = path.stat().st_mtime
-                        except OSError:
-                            continue
-                        if path.is_file() and mtime >= cutoff:
-                            files.append((mtime, path))
-            files.sort(reverse=True)
-            if len(files) > MAX_LOG_FILES:
-                self.bundle.skip(f"ascend-logs/{who}", f"{len(files) - MAX_LOG_FILES} older log files left out "
-                                                       f"(the newest {MAX_LOG_FILES} are in)")
-            for _mtime, path in files[:MAX_LOG_FILES]:
-                self._file(f"ascend-logs/{who}/{path.relative_to(host_root)}", path)
+            seen.add(str(tree.top))
+            base = f"ascend-logs/{tree.label}"
+            try:
+                self._tree(base, tree.top, since=cutoff, parts=tree.parts, limit=MAX_LOG_FILES)
+            except NotRead as exc:
+                self.bundle.skip(base, f"{exc.reason} (no CANN process logged as {tree.origin})" if exc.missing
+                                 else exc.reason)
 
     def _kernel(self) -> None:
         result = self.probe.run("journalctl", "--dmesg", "--since", _since_arg(self.request.since_s), "--no-pager",
@@ -291,9 +338,7 @@ class NodeCollector:
                 self.bundle.skip("msnpureport", "msnpureport is not installed here (CANN's toolkit ships it)")
                 return
             self.bundle.add("msnpureport/output.txt", result.output, "msnpureport -f")
-            for path in sorted(Path(out).rglob("*")):
-                if path.is_file():
-                    self._file(f"msnpureport/{path.relative_to(out)}", path)
+            self._tree("msnpureport", ConfinedPath(Path(out)))
 
     def _system(self) -> None:
         # Every npuops unit of the node in one journal (the doctor timer's, Ray nodes', routers', instances'
@@ -301,10 +346,17 @@ class NodeCollector:
         self._command("system/journal-npuops-units.log", "journalctl", "--unit", "npuops-*", "--since",
                       _since_arg(self.request.since_s), "--no-pager", "--output", "short-iso")
         self._command("system/uname.txt", "uname", "-a")
-        self._file("system/os-release", Path("/etc/os-release"))
+        # /etc/os-release is root's (often a link to /usr/lib/os-release): followed.
+        self._file("system/os-release", ConfinedPath(Path("/etc/os-release")))
         python = stack_interpreter(self.probe)
         self._command("system/pip-freeze.txt", python, "-m", "pip", "freeze")
 
 
 def collect_node(settings: Settings, request: CollectRequest, progress: Progress | None = None) -> Bundle:
     return NodeCollector(settings, request, progress).collect()
+
+
+def _below(relative: PurePosixPath, parts: tuple[str, ...]) -> bool:
+    """Whether a file of a log tree lies in one of its parts (glob patterns of leading directories); () all."""
+    return not parts or any(fnmatch.fnmatchcase("/".join(relative.parts[:len(p.split("/"))]), p)
+                            and len(relative.parts) > len(p.split("/")) for p in parts)

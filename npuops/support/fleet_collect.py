@@ -10,7 +10,9 @@ host's, so the host's own redaction is what protects those).
 from __future__ import annotations
 
 import json
+import tarfile
 import tempfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from npuops.fleet.events import PlaybookEvent
 from npuops.fleet.facts import FIX_UNREACHABLE, failure_fix
 from npuops.fleet.inventory import read_inventory_group
 from npuops.fleet.runner import run_playbook
+from npuops.safefiles import printable
 from npuops.support.bundle import Bundle, read_bundle
 from npuops.support.redact import Redactor
 
@@ -73,17 +76,26 @@ def collect_fleet(inventory: Path, limit: str, collect_args: Sequence[str], *, a
 
 
 def _merge(bundle: Bundle, host: str, fetched: Path) -> HostPart:
+    """A host's bundle into hosts/<host>/: what the host sent is read in bounded memory and its names escaped."""
+    label = printable(host)
+    if label in (".", "..") or "/" in label:
+        return HostPart(host, "failed", f"the inventory name {label!r} cannot name a directory of the bundle",
+                        "rename the host in the inventory (letters, digits, dots and dashes)")
     try:
-        manifest, files = read_bundle(fetched)
-    except (OSError, ValueError, KeyError) as exc:
-        return HostPart(host, "failed", f"its bundle is unreadable: {exc}",
+        manifest, files = read_bundle(fetched, max_bytes=bundle.bundle_cap)
+    except (OSError, EOFError, ValueError, KeyError, RecursionError, tarfile.TarError, zlib.error) as exc:
+        return HostPart(host, "failed", f"its bundle is unreadable: {printable(str(exc))[:200]}",
                         "run `npuops collect` on the host to see the problem there")
-    sources = {f["path"]: f["source"] for f in manifest.get("files", []) if isinstance(f, dict)}
-    added = int(bundle.add(f"hosts/{host}/manifest.json", json.dumps(manifest, indent=1) + "\n",
-                           f"{host}: its bundle's manifest"))
+    listed = manifest.get("files")
+    sources = {str(f.get("path")): str(f.get("source")) for f in (listed if isinstance(listed, list) else [])
+               if isinstance(f, dict)}
+    added = int(bundle.add(f"hosts/{label}/manifest.json", json.dumps(manifest, indent=1) + "\n",
+                           f"{label}: its bundle's manifest"))
     for path, data in sorted(files.items()):
-        added += bundle.add(f"hosts/{host}/{path}", data, f"{host}: {sources.get(path, path)}")
-    for skipped in manifest.get("skipped", []):
+        added += bundle.add(f"hosts/{label}/{printable(path)}", data,
+                            f"{label}: {printable(sources.get(path, path))}")
+    skipped_items = manifest.get("skipped")
+    for skipped in skipped_items if isinstance(skipped_items, list) else []:
         if isinstance(skipped, dict):
-            bundle.skip(f"hosts/{host}/{skipped.get('what')}", str(skipped.get("why")))
+            bundle.skip(f"hosts/{label}/{printable(str(skipped.get('what')))}", printable(str(skipped.get("why"))))
     return HostPart(host, "ok", files=added)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from npuops.instance.record import write_record
+from npuops.safefiles import ConfinedPath
 from npuops.support.profile import operator_class, read_trace_events, summarize_trace, trace_files
 from tests.support.instance_records import make_record
 from tests.support.npuops_cli import npuops_argv
@@ -54,10 +55,10 @@ def test_traces_are_found_and_read_gzip_or_not(tmp_path: Path) -> None:
     (tmp_path / "w" / "rank0.123.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(trace).encode()))
     (tmp_path / "frontend.pt.trace.json").write_text(json.dumps(trace))
     (tmp_path / "notes.txt").write_text("not a trace")
-    found = trace_files(tmp_path, since=0)
-    assert [p.name for p in found] == ["frontend.pt.trace.json", "rank0.123.pt.trace.json.gz"]
-    assert all(read_trace_events(p)[0]["name"] == "aten::mm" for p in found)
-    assert trace_files(tmp_path / "absent", 0) == [] and trace_files(tmp_path, since=2e9) == []
+    found = trace_files(ConfinedPath(tmp_path), since=0)
+    assert [str(f.relative) for f in found] == ["frontend.pt.trace.json", "w/rank0.123.pt.trace.json.gz"]
+    assert all(read_trace_events(ConfinedPath(tmp_path) / f.relative)[0]["name"] == "aten::mm" for f in found)
+    assert trace_files(ConfinedPath(tmp_path / "absent"), 0) == [] and trace_files(ConfinedPath(tmp_path), 2e9) == []
 
 
 def test_an_instance_launched_without_profiling_is_refused_with_the_fix(tmp_path: Path) -> None:
@@ -87,6 +88,7 @@ def test_traces_are_waited_for_until_every_writer_is_done(tmp_path: Path) -> Non
         if clock[0] == 4.0:
             worker.write_bytes(b"x" * 20)  # still being written
 
-    found = wait_for_traces(tmp_path, since=0, timeout_s=60, sleep=sleep, clock=lambda: clock[0])
-    assert found == [frontend, worker] and clock[0] >= 7.0
-    assert wait_for_traces(tmp_path / "none", since=0, timeout_s=3, sleep=sleep, clock=lambda: clock[0]) == []
+    found = wait_for_traces(ConfinedPath(tmp_path), since=0, timeout_s=60, sleep=sleep, clock=lambda: clock[0])
+    assert [f.relative.name for f in found] == [frontend.name, worker.name] and clock[0] >= 7.0
+    assert wait_for_traces(ConfinedPath(tmp_path / "none"), since=0, timeout_s=3, sleep=sleep,
+                           clock=lambda: clock[0]) == []

@@ -141,7 +141,8 @@ def test_broken_inventory(artifacts: Path) -> None:
     broken = FLEET_INVENTORIES / "broken.ini"
     with pytest.raises(BadInputError) as caught:
         run_playbook("node-facts.yml", inventory=broken, artifacts_dir=artifacts)
-    assert caught.value.problem == f"Ansible could not parse the inventory {broken}"
+    # Read (and its host names checked) before ansible-playbook starts: ansible-inventory's reason is in the line.
+    assert caught.value.problem.startswith(f"Ansible cannot read inventory {broken}: ")
     assert "ansible-inventory" in caught.value.fix
 
 

@@ -51,6 +51,10 @@ def test_a_refresh_renders_the_saved_directory_from_what_serves(tmp_path: Path) 
     out = tmp_path / "monitor"
     save_render(state, out, MonitorChoices(node_exporter=None, latency_factor=4.0))
     assert saved_render(state) == (out.resolve(), MonitorChoices(node_exporter=None, latency_factor=4.0))
+    saved = json.loads((state / MONITOR_FILE).read_text())
+    (state / MONITOR_FILE).write_text(json.dumps({"output": saved["output"], "choices": {}}))  # an older npuops'
+    assert saved_render(state) == (out.resolve(), MonitorChoices())
+    save_render(state, out, MonitorChoices(node_exporter=None, latency_factor=4.0))
     line = refresh_monitoring(state, "node-1")
     assert line == f"monitoring: Prometheus' targets and rules in {out.resolve()} follow the change"
     assert _parts(out, "engines") == ["m-r0", "m-r1"] and _parts(out, "routers") == ["m"]

@@ -112,9 +112,10 @@ def test_every_rule_reads_only_metrics_a_source_exposes_or_a_recording_defines(t
 
 def _rendered(tmp_path: Path) -> Path:
     out = tmp_path / "monitor"
-    files = render_monitoring(_records(tmp_path), "node-1", MonitorChoices(npu_exporter="127.0.0.1:8082",
-                                                                           docs_url=DOCS))
-    write_monitoring(out, files)
+    rendered = render_monitoring(_records(tmp_path), "node-1", MonitorChoices(npu_exporter="127.0.0.1:8082",
+                                                                              docs_url=DOCS))
+    assert rendered.refused == []
+    write_monitoring(out, rendered.files)
     return out
 
 

@@ -25,7 +25,7 @@ def make_record(state_dir: Path, name: str = "demo", **overrides: Any) -> Instan
         "hardware_label": "cpu",
         "vllm_command": ("/opt/npuops/venv/bin/vllm", "serve"),
         "instance_dir": str(directory),
-        "status_file": str(directory / "run" / STATUS_FILE),
+        "status_file": str(directory / STATUS_FILE),
         "timeout_start_s": 600,
         "watchdog_s": 60,
         "stop_timeout_s": 30,
@@ -38,9 +38,10 @@ def make_record(state_dir: Path, name: str = "demo", **overrides: Any) -> Instan
 
 
 def keep_status_under(instance_dir: Path, var: Path) -> None:
-    """The record's supervisor status file under the test's directory, not the node's /var/lib."""
+    """The record's supervisor status file under the test's directory (as the service data root), not the node's
+    /var/lib."""
     path = instance_dir / "instance.json"
     data = json.loads(path.read_text())
-    data["status_file"] = str(var / instance_dir.name / "supervisor.json")
-    (var / instance_dir.name).mkdir(parents=True, exist_ok=True)
+    data["status_file"] = str(var / f"npuops-{instance_dir.name}" / "supervisor.json")
+    (var / f"npuops-{instance_dir.name}").mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
