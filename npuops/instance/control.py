@@ -26,6 +26,7 @@ from npuops.instance.record import (
     is_instance_name,
     load_record,
     read_status,
+    remove_entries,
     remove_instance_dir,
     scan_records,
     service_status_dir,
@@ -313,7 +314,7 @@ def _remove(state_dir: Path, instance: InstanceOnNode, manager: SystemdManager, 
     for each in instance.names:
         # The supervisor's state of a run that no unit will resume, where launch puts it for either manager.
         for status_dir in (state_dir / each, service_status_dir(data_root, each)):
-            _unlink_in(status_dir, STATUS_FILE)
+            remove_entries(status_dir, (STATUS_FILE,))
         directory = state_dir / each
         if _is_directory(directory):
             remove_instance_dir(state_dir, each)
@@ -328,22 +329,3 @@ def _is_directory(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def _unlink_in(directory: Path, entry: str) -> None:
-    """Delete `entry` of `directory` without following a link on the way: a link in its place is deleted, a
-    `directory` that is a link is left alone (the service user owns what is in it, not the directory itself)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        if not stat.S_ISDIR(os.lstat(entry, dir_fd=fd).st_mode):
-            os.unlink(entry, dir_fd=fd)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise BadInputError(f"cannot remove {directory / entry}: {exc.strerror}",
-                            f"check {directory}'s permissions and file system, then remove it again") from None
-    finally:
-        os.close(fd)

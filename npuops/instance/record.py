@@ -473,18 +473,24 @@ def remove_instance_dir(state_dir: Path, name: str) -> None:
     """An instance's directory (record, config, env file) once no launch installs it any more: the files launch
     writes there, by their names, never through a link (a link is deleted, not what it points at)."""
     directory = state_dir / validate_instance_name(name)
+    remove_entries(directory, (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE, REVISIONS_FILE, ROLLOUT_FILE,
+                               HOLD_FILE, REVISIONS_DIR))
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # only when nothing else (an operator's file) is left in it
+
+
+def remove_entries(directory: Path, entries: tuple[str, ...]) -> None:
+    """Delete `entries` of `directory` without following a link on the way: a link in an entry's place is deleted,
+    a `directory` that is a link (or gone) is left alone; BadInputError where one cannot be deleted."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return  # gone, or a link or a file that launch did not put there: left alone, shown as kept
     try:
-        for entry in (RECORD_FILE, CONFIG_FILE, ROUTER_CONFIG_FILE, ENV_FILE, REVISIONS_FILE, ROLLOUT_FILE,
-                      HOLD_FILE, REVISIONS_DIR):
+        for entry in entries:
             _remove_entry(fd, directory, entry)
     finally:
         os.close(fd)
-    with contextlib.suppress(OSError):
-        directory.rmdir()  # only when nothing else (an operator's file) is left in it
 
 
 def _remove_entry(fd: int, directory: Path, entry: str) -> None:
