@@ -11,6 +11,7 @@ out raises NotRead with a one-line reason, for the manifest of whatever the call
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -94,6 +95,7 @@ class FoundFile:
     relative: PurePosixPath  # below the walked directory
     size: int
     mtime: float
+    uid: int = 0  # its owner
 
 
 @dataclass
@@ -102,6 +104,8 @@ class Walk:
     # Entries not taken, and why after their path ("is a symbolic link (not followed)").
     refused: list[tuple[PurePosixPath, str]] = field(default_factory=list)
     incomplete: str = ""  # why the walk stopped before it saw every entry ("" when it did)
+    top_uid: int = 0  # the owner of the walked directory
+    seen: int = 0  # entries looked at
 
 
 def _why(error: OSError, dir_fd: int, name: str) -> str:
@@ -164,8 +168,9 @@ def _open_file(path: ConfinedPath, stack: contextlib.ExitStack) -> tuple[int, os
 
 
 @contextlib.contextmanager
-def open_regular(path: ConfinedPath) -> Iterator[tuple[int, os.stat_result]]:
-    """An fd (and its fstat) of the regular file `path`, no component below its root followed if a link."""
+def open_regular(path: ConfinedPath, *, owner: int | None = None) -> Iterator[tuple[int, os.stat_result]]:
+    """An fd (and its fstat) of the regular file `path`, no component below its root followed if a link; with
+    `owner`, only a file that uid owns (one its writer could not have made is refused)."""
     with contextlib.ExitStack() as stack:
         fd, before = _open_file(path, stack)
         info = os.fstat(fd)
@@ -174,13 +179,16 @@ def open_regular(path: ConfinedPath) -> Iterator[tuple[int, os.stat_result]]:
         if info.st_nlink > 1:
             # A hard link made by someone who can write the directory may be another user's file.
             raise NotRead(f"{path} has {info.st_nlink} hard links (it may be a file from elsewhere)")
+        if owner is not None and info.st_uid != owner:
+            raise NotRead(f"{path} is owned by uid {info.st_uid}, not {owner}: not a file its user wrote")
         yield fd, info
 
 
-def read_tail(path: ConfinedPath, *, cap: int, whole_lines: bool = False) -> Tail:
+def read_tail(path: ConfinedPath, *, cap: int, whole_lines: bool = False, owner: int | None = None) -> Tail:
     """The last `cap` bytes of the regular file `path`, read from the end (a sparse file of terabytes costs `cap`);
-    with whole_lines, a cut file starts at its first whole line (no half of a secret before the cut)."""
-    with open_regular(path) as (fd, info):
+    with whole_lines, a cut file starts at its first whole line (no half of a secret before the cut); with `owner`,
+    only a file that uid owns."""
+    with open_regular(path, owner=owner) as (fd, info):
         start = max(0, info.st_size - cap)
         chunks: list[bytes] = []
         got = 0
@@ -209,57 +217,87 @@ def _entry(fd: int, name: str) -> os.stat_result | None:
         return None  # gone meanwhile
 
 
+def _open_below(top_fd: int, below: PurePosixPath) -> int:
+    """An fd of the directory `below` the walk's top, each component opened without following a link."""
+    fd = os.dup(top_fd)
+    try:
+        for part in below.parts:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def walk_regular_files(top: ConfinedPath, *, max_entries: int = MAX_WALK_ENTRIES,
                        max_depth: int = MAX_WALK_DEPTH) -> Walk:
     """The regular files under the directory `top` (relative to it), no link followed and no directory entered
     through one; every other entry (links, FIFOs, sockets, devices, unreadable directories) is named with why in
-    `refused`. Stops after max_entries entries (then `incomplete` says so)."""
+    `refused`. Breadth first (a directory's own files before those of its subdirectories, so a flood deep in a tree
+    does not hide the files above it), each directory opened only when its turn comes (a wide tree costs one file
+    descriptor at a time). Stops after max_entries entries (then `incomplete` says so)."""
     walk = Walk()
-    seen = 0
     with _directory(top.root, top.relative.parts) as top_fd:
-        stack: list[tuple[int, PurePosixPath, int]] = [(os.dup(top_fd), PurePosixPath(), 0)]
-        try:
-            while stack:
-                fd, below, depth = stack.pop()
-                try:
-                    with os.scandir(fd) as entries:
-                        for entry in entries:
-                            seen += 1
-                            if seen > max_entries:
-                                walk.incomplete = f"more than {max_entries} entries: the rest was not looked at"
-                                return walk
-                            _take(walk, stack, fd, below, entry.name, depth, max_depth)
-                finally:
-                    os.close(fd)
-        finally:
-            for fd, _below, _depth in stack:
+        walk.top_uid = os.fstat(top_fd).st_uid
+        queue: collections.deque[tuple[PurePosixPath, int]] = collections.deque([(PurePosixPath(), 0)])
+        while queue:
+            below, depth = queue.popleft()
+            try:
+                fd = _open_below(top_fd, below)
+            except OSError as exc:  # replaced by a link, or removed, since it was listed
+                walk.refused.append((below, _why(exc, top_fd, str(below))))
+                continue
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        walk.seen += 1
+                        if walk.seen > max_entries:
+                            walk.incomplete = f"more than {max_entries} entries: the rest was not looked at"
+                            return walk
+                        _take(walk, queue, fd, below, entry.name, depth, max_depth)
+            finally:
                 os.close(fd)
     return walk
 
 
-def _take(walk: Walk, stack: list[tuple[int, PurePosixPath, int]], fd: int, below: PurePosixPath, name: str,
-          depth: int, max_depth: int) -> None:
+def _take(walk: Walk, queue: collections.deque[tuple[PurePosixPath, int]], fd: int, below: PurePosixPath,
+          name: str, depth: int, max_depth: int) -> None:
     """One directory entry of a walk: a regular file is found, a directory queued, anything else refused."""
     path = below / name
     info = _entry(fd, name)
     if info is None:
         return
     if stat.S_ISREG(info.st_mode):
-        walk.files.append(FoundFile(path, info.st_size, info.st_mtime))
+        walk.files.append(FoundFile(path, info.st_size, info.st_mtime, info.st_uid))
     elif not stat.S_ISDIR(info.st_mode):
         walk.refused.append((path, f"is {kind(info.st_mode)}"))
     elif depth + 1 > max_depth:
         walk.refused.append((path, f"is a directory deeper than {max_depth} levels (not entered)"))
     else:
-        try:
-            stack.append((os.open(name, _DIR_FLAGS, dir_fd=fd), path, depth + 1))
-        except OSError as exc:
-            walk.refused.append((path, _why(exc, fd, name)))
+        queue.append((path, depth + 1))
+
+
+def directory_entries(top: ConfinedPath, *, max_entries: int = MAX_WALK_ENTRIES) -> tuple[list[tuple[str, int]], bool]:
+    """The names and modes (lstat's: a link is a link) of the entries of the directory `top`, at most max_entries
+    of them (True when there were more)."""
+    found: list[tuple[str, int]] = []
+    with _directory(top.root, top.relative.parts) as fd, os.scandir(fd) as entries:
+        for entry in entries:
+            if len(found) >= max_entries:
+                return found, True
+            info = _entry(fd, entry.name)
+            if info is not None:
+                found.append((entry.name, info.st_mode))
+    return found, False
 
 
 def untrusted_absolute(text: str) -> PurePosixPath:
     """A path a file names (not npuops), checked before anything under it is read: absolute, without `..`, and
     outside the kernel's pseudo-filesystems."""
+    if "\0" in text:  # no file has one in its name; os.open would raise on it
+        raise NotRead(f"{printable(text)} holds a NUL character")
     path = PurePosixPath(text)
     if not path.is_absolute():
         raise NotRead(f"{printable(text)} is not an absolute path")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -127,15 +128,55 @@ def _likeness(variable: str, setting_variable: str) -> float:
 
 # Which settings a user may set, and how to read a string (from the environment) into each.
 _CONFIGURABLE = {f.name: f for f in fields(Settings) if f.name != "environ"}
+# The settings that name a command npuops runs: systemctl's is a command line (a command with arguments); the others
+# a name looked up on the search path or a path. Empty, each would be no command at all (an IndexError of an empty
+# argument list); stack_python empty means npuops' own interpreter.
+COMMAND_LINES = frozenset({"systemctl"})
+COMMANDS = frozenset({"systemctl", "npu_smi", "hccn_tool", "stack_python"})
+MAY_BE_EMPTY = frozenset({"stack_python"})
+# npuops runs as root and its paths go into units and removals: a relative one would depend on the directory it is
+# run from.
+ABSOLUTE_FIX = "set {name} to an absolute path (npuops runs as root: a path must not depend on where it is run)"
+
+
+def _absolute(name: str, value: str, origin: str) -> str:
+    if not value.startswith("/"):
+        raise ConfigError(f"{origin}: {name} = {value!r} is a relative path", ABSOLUTE_FIX.format(name=name))
+    return value
+
+
+def _command(name: str, value: str, origin: str) -> str:
+    """A command setting's value, checked: not empty (unless it may be), a command line that splits, and a path in
+    it (a word with a slash) absolute."""
+    fix = (f"set {name} to a command: a name on the search path or an absolute path"
+           + (", or unset it for npuops' own" if name in MAY_BE_EMPTY else f", or unset it for {_default(name)!r}"))
+    if name in COMMAND_LINES:
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: {name} = {value!r} is not a command line ({exc})", fix) from None
+    else:
+        words = [value] if value.strip() else []
+    if not words:
+        if name in MAY_BE_EMPTY and not value:
+            return value
+        raise ConfigError(f"{origin}: {name} is empty", fix)
+    if "/" in words[0]:
+        _absolute(name, words[0], origin)
+    return value
+
+
+def _default(name: str) -> Any:
+    return _CONFIGURABLE[name].default
 
 
 def _coerce(name: str, value: Any, origin: str) -> Any:
-    default = _CONFIGURABLE[name].default
+    default = _default(name)
     try:
         if isinstance(default, Path):
             if not isinstance(value, str) or not value:
                 raise TypeError
-            return Path(value)
+            return Path(_absolute(name, value, origin))
         if isinstance(default, float):
             if isinstance(value, bool):
                 raise TypeError
@@ -145,14 +186,14 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
                 raise ConfigError(f"{origin}: {name} = {value!r} is outside its range",
                                   f"set {name} to a number of seconds above 0 and at most {MAX_SECONDS:.0f}")
             return number
-        if isinstance(default, tuple):
+        if isinstance(default, tuple):  # tool_dirs: directories searched for vendor tools, as root
             if isinstance(value, str):
-                return tuple(v for v in value.split(":") if v)
+                return tuple(_absolute(name, v, origin) for v in value.split(":") if v)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return tuple(value)
+                return tuple(_absolute(name, v, origin) for v in value)
             raise TypeError
         if isinstance(value, str):
-            return value
+            return _command(name, value, origin) if name in COMMANDS else value
         raise TypeError
     except (TypeError, ValueError):
         kind = type(default).__name__ if not isinstance(default, Path) else "path"
@@ -174,6 +215,9 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML ({exc})", "correct the TOML syntax") from None
+    except RecursionError:  # tomllib recurses into each nested array or table
+        raise ConfigError(f"config file {path} nests its values deeper than TOML's parser goes",
+                          "write the settings as key = value lines") from None
     values = data.get("npuops", data)
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path}: [npuops] must be a table", "write the settings as key = value lines")
@@ -225,5 +269,7 @@ def load_settings(
         merged[name] = _coerce(name, raw, f"environment {key}")
     for name, value in (flags or {}).items():
         if value is not None:
-            merged[name] = _coerce(name, value, f"flag for {name}") if isinstance(value, str) else value
+            # A flag's path (click gives a Path) is checked as the same setting from a file or the environment.
+            merged[name] = (_coerce(name, str(value) if isinstance(value, Path) else value, f"flag for {name}")
+                            if isinstance(value, (str, Path)) else value)
     return dataclasses.replace(Settings(environ=MappingProxyType(dict(environ))), **merged)

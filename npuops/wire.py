@@ -8,10 +8,36 @@ one-line error, never a KeyError or a TypeError deep inside a caller.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from npuops.errors import BadInputError
+
+# JSON from elsewhere (another host, an engine's answer, a model's config.json, a file another user writes) nests
+# this deep at the most: json.loads itself raises RecursionError near a thousand levels, and code walking a document
+# a few hundred deep would, far from where it came in.
+MAX_JSON_DEPTH = 64
+
+
+def loads_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """json.loads of a document that may be hostile: one nested deeper than `max_depth` (or so deep that the parser
+    recurses out) is a json.JSONDecodeError like any other document that is not JSON, so callers catch one error."""
+    doc = text if isinstance(text, str) else ""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", doc, 0) from None
+    level: list[Any] = [data]
+    for _ in range(max_depth):  # level by level, without recursion: the values inside one more container
+        level = [v for item in level if isinstance(item, (dict, list))
+                 for v in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return data
+    if any(isinstance(item, (dict, list)) for item in level):
+        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", doc, 0)
+    return data
+
 
 DEFAULT_FIX = "check that it comes from npuops (`npuops --version` where it was written) and write it again"
 

@@ -35,9 +35,11 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def _run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(venv: Path, *args: str, state_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     env["NPUOPS_ASCEND_ROOT"] = "/nonexistent/Ascend"
+    if state_dir is not None:
+        env["NPUOPS_STATE_DIR"] = str(state_dir)
     # Run from a directory outside the repo, so nothing can be found by accident in the checkout.
     return subprocess.run([str(venv / "bin" / "npuops"), *args], capture_output=True, text=True, env=env,
                           cwd=venv, timeout=300, check=False)
@@ -105,8 +107,10 @@ def test_the_start_gate_runs_from_the_wheel(wheel_venv: Path, tmp_path: Path) ->
     model.mkdir()
     (model / "config.json").write_text((REPO / "tests/fixtures/models/qwen3-8b/config.json").read_text())
     state = tmp_path / "state"
+    # Rendered for the state dir the gate reads it from: a record names its own directory (npuops reads no record
+    # that names another).
     proc = _run(wheel_venv, "launch", str(model), "--hardware", "910B3x4", "--tp", "4", "--name", "w",
-                "--vllm", "/bin/true", "--dry-run", "--output", str(state / "w"))
+                "--vllm", "/bin/true", "--dry-run", "--output", str(state / "w"), state_dir=state)
     assert proc.returncode == 0, proc.stderr
     gate = _run(wheel_venv, "run", "--state-dir", str(state), "--preflight", "--json", "w")
     checks = {c["id"]: c["status"] for c in json.loads(gate.stdout)["checks"]}

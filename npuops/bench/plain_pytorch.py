@@ -274,8 +274,10 @@ def resolve_dtype(requested: str, model_dir: Path) -> str:
         return requested
     try:
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise BadRequest(f"{model_dir / 'config.json'} is unreadable: {exc}") from exc
+    if not isinstance(config, dict):
+        raise BadRequest(f"{model_dir / 'config.json'} is not a JSON object")
     name = config.get("dtype") or config.get("torch_dtype") or "float32"
     if name not in DTYPES[:-1]:
         raise BadRequest(f"the config's dtype {name!r} is not one of {', '.join(DTYPES[:-1])}")

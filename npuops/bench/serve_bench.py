@@ -23,6 +23,7 @@ from typing import Any
 
 from npuops.errors import BadInputError, EnvironmentMissingError, MeasurementError
 from npuops.parsing import ParseError
+from npuops.wire import loads_json
 
 METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's names; e2el is end-to-end latency
 RESULT_FILENAME = "vllm-bench-serve.json"
@@ -104,7 +105,7 @@ def _number(data: Mapping[str, Any], key: str, source: str) -> float:
 def parse_serve_result(text: str, source: str = "vllm bench serve result") -> ServeFigures:
     """The figures of a `--save-result` JSON (or the plain-PyTorch baseline's, which uses the same keys)."""
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except json.JSONDecodeError as exc:
         raise ParseError(source, f"not JSON ({exc.msg})", exc.lineno) from None
     if not isinstance(data, dict):

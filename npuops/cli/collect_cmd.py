@@ -27,8 +27,9 @@ def _default_output(label: str) -> Path:
 @click.option("--max-mib", type=click.IntRange(1, 4096), default=256, show_default=True,
               help="The bundle's size cap (each file is cut to 8 MiB, keeping its end).")
 @click.option("--force", is_flag=True,
-              help="Replace an existing --output that is not a bundle of npuops' (a file, a FIFO, a link: the link "
-                   "itself).")
+              help="Replace an existing --output that is not a bundle of npuops': a file, a FIFO, or a link to a file "
+                   "(the link itself). Never a directory, a device, a link to anything else, or a path under /proc, "
+                   "/sys, /dev or /run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the bundle's summary as JSON.")
 @click.pass_context
 def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | None, group: str | None,
@@ -76,20 +77,22 @@ def collect(ctx: click.Context, /, names: tuple[str, ...], inventory: Path | Non
         written = bundle.write(destination, force=force)
         hosts = []
     size = written.stat().st_size
-    summary = {"bundle": str(written), "files": len(bundle.files), "bytes": size,
-               "skipped": [s.as_dict() for s in bundle.skipped], "hosts": hosts}
+    # Through the bundle's redactor, as the manifest: a reason may quote a record's value, a host's message a token.
+    summary = bundle.redacted({"bundle": str(written), "files": len(bundle.files), "bytes": size,
+                               "skipped": [s.as_dict() for s in bundle.skipped], "hosts": hosts})
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    click.echo(f"bundle: {written} ({len(bundle.files)} files, {size / 2**20:.1f} MiB compressed)")
-    for host in hosts:
+    click.echo(f"bundle: {printable(summary['bundle'])} ({summary['files']} files, {size / 2**20:.1f} MiB compressed)")
+    for host in summary["hosts"]:
         # Names and messages from other hosts and from directories the service user writes: shown escaped.
         line = f"  {printable(host['host'])}: {host['status']}"
         click.echo(line + (f" - {printable(host['message'])}; {printable(host['fix'])}" if host["status"] != "ok"
                            else f" ({host['files']} files)"))
-    if bundle.skipped:
-        click.echo(f"skipped ({len(bundle.skipped)}, each with why in manifest.json):")
-        for skipped in bundle.skipped[:12]:
-            click.echo(printable(f"  {skipped.what}: {skipped.why}")[:100])
-        if len(bundle.skipped) > 12:
-            click.echo(f"  ... {len(bundle.skipped) - 12} more")
+    skipped = summary["skipped"]
+    if skipped:
+        click.echo(f"skipped ({len(skipped)}, each with why in manifest.json):")
+        for item in skipped[:12]:
+            click.echo(printable(f"  {item['what']}: {item['why']}")[:100])
+        if len(skipped) > 12:
+            click.echo(f"  ... {len(skipped) - 12} more")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,6 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     from npuops.envfile import read_env_file
     from npuops.httpclient import base_url, http_request
     from npuops.instance.record import ENV_FILE, load_record
-    from npuops.safefiles import printable
     from npuops.support.instance_paths import instance_paths
     from npuops.support.profile import run_profile
 
@@ -70,12 +70,24 @@ def profile(ctx: click.Context, /, name: str, seconds: float, output: Path | Non
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    shares = ", ".join(f"{kind} {share * 100:.0f}%" for kind, share in summary["shares"].items())
-    click.echo(f"{name}: {summary['total_ms']:.0f} ms of operators in {seconds:g} s ({shares})")
-    click.echo(f"{'operator':<58} {'self ms':>9} {'calls':>7}  kind")
-    for op in summary["top_operators"]:
-        click.echo(f"{op['name'][:58]:<58} {op['self_ms']:>9.1f} {op['calls']:>7}  {op['kind']}")
-    for trace, why in run.skipped:
-        click.echo(printable(f"left out: {trace}: {why}")[:200])
-    click.echo(f"traces: {out} (open in ui.perfetto.dev or MindStudio Insight)")
+    for line in summary_lines(summary):
+        click.echo(line)
     sys.stdout.flush()
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The summary as the terminal shows it. Operator names, trace names and reasons come from files the engine's
+    service user writes: each is escaped (npuops.safefiles.printable), so no escape sequence reaches the terminal."""
+    from npuops.safefiles import printable
+
+    shares = ", ".join(f"{kind} {share * 100:.0f}%" for kind, share in summary["shares"].items())
+    lines = [f"{summary['instance']}: {summary['total_ms']:.0f} ms of operators in {summary['seconds']:g} s ({shares})",
+             f"{'operator':<58} {'self ms':>9} {'calls':>7}  kind"]
+    lines += [f"{printable(op['name'])[:58]:<58} {op['self_ms']:>9.1f} {op['calls']:>7}  {op['kind']}"
+              for op in summary["top_operators"]]
+    if summary.get("bad_events"):
+        lines.append(f"left out: {summary['bad_events']} operator events without a name or with times that are not "
+                     "finite numbers")
+    lines += [printable(f"left out: {s['trace']}: {s['why']}")[:200] for s in summary["skipped"]]
+    lines.append(f"traces: {printable(summary['output'])} (open in ui.perfetto.dev or MindStudio Insight)")
+    return lines

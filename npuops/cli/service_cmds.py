@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +85,7 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
     """The instances launched on this node, one line each (an unreadable record too: exit 1 then)."""
     from npuops.instance.record import UNREADABLE, scan_records
     from npuops.instance.status import instance_status, lingering_fix
+    from npuops.safefiles import printable
     from npuops.textout import table
 
     settings = load_context_settings(ctx)
@@ -103,7 +102,8 @@ def list_(ctx: click.Context, /, as_json: bool) -> None:
     elif not statuses and not unreadable:
         click.echo(f"no instances in {settings.state_dir}; start one with `npuops launch MODEL`")
     else:
-        rows = [(r.name, s.state, s.url, r.served_model_name, ",".join(map(str, r.devices)) or "-",
+        # A state may quote the supervisor's status file (a restart's reason), the service user's to write.
+        rows = [(r.name, printable(s.state), s.url, r.served_model_name, ",".join(map(str, r.devices)) or "-",
                  r.unit if r.manager == "systemd" else "foreground") for r, s in statuses]
         rows += [(u.name, UNREADABLE, "-", "-", "-", "-") for u in unreadable]
         click.echo(table(["NAME", "STATE", "URL", "MODEL", "DEVICES", "UNIT"], rows, indent=""))
@@ -231,9 +231,9 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, part: str |
                 body = (answer or {}).get("answer") or {}
                 for unit, unit_lines in (body.get("units") or {"": body.get("lines") or []}).items():
                     if unit:
-                        click.echo(f"-- {unit}")
+                        _echo_log_line(f"-- {unit}")
                     for line in unit_lines:
-                        click.echo(line)
+                        _echo_log_line(str(line))
                 if not body:
                     click.echo(f"(no log: {(answer or {}).get('message') or 'unreachable'})")
         if not result["ok"]:
@@ -252,26 +252,33 @@ def logs(ctx: click.Context, /, name: str, lines: int, follow: bool, part: str |
             click.echo(json.dumps({"name": name, "lines": logs[str(record.engine_log)]}))
         return
     if record.manager == MANAGER_SYSTEMD:
-        argv = _manager(settings).log_command(record.unit, lines, follow, *(r.unit for r in records[1:]))
-        sys.stdout.flush()
-        try:
-            os.execvp(argv[0], argv)  # noqa: S606 - an argument list, no shell
-        except OSError as exc:
-            raise UsageError(f"cannot run {argv[0]}: {exc.strerror}", "install systemd's journalctl") from None
+        code = _manager(settings).stream_log(record.unit, lines, follow, *(r.unit for r in records[1:]),
+                                             on_line=_echo_log_line)
+        if code:
+            raise click.exceptions.Exit(code)
+        return
     _tail(record.engine_log, lines, follow)
+
+
+def _echo_log_line(line: str) -> None:
+    """A line of an engine's log as it wrote it, but for its control and other unprintable characters except tab:
+    those show escaped (`\\x1b`, `\\r`), since an escape sequence in a log would retitle or clear the terminal, or
+    forge a line. A backslash stays as it is: the log reads as the engine wrote it."""
+    click.echo("".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in line))
 
 
 def _tail(path: Path, lines: int, follow: bool) -> None:
     try:
-        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - followed below
+        # Lines end at \n only, as in the journal: a \r inside one is shown (escaped), not taken for an end.
+        handle = open(path, encoding="utf-8", errors="replace", newline="\n")  # noqa: SIM115 - followed below
     except FileNotFoundError:
         raise UsageError(f"no log at {path} yet", "the instance has not run in the foreground here") from None
     with handle:
         for line in handle.readlines()[-lines:]:
-            click.echo(line.rstrip("\n"))
+            _echo_log_line(line.rstrip("\n"))
         while follow:
             line = handle.readline()
             if line:
-                click.echo(line.rstrip("\n"))
+                _echo_log_line(line.rstrip("\n"))
             else:
                 time.sleep(0.5)

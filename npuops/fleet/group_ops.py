@@ -20,6 +20,7 @@ from npuops.fleet.inventory import InventoryHost, read_inventory_group
 from npuops.fleet.runner import run_playbook
 from npuops.instance.ray import RayState
 from npuops.instance.status import InstanceStatus
+from npuops.safefiles import printable
 from npuops.wire import WireFormatError
 
 COMMAND_PLAYBOOK = "npuops-command.yml"
@@ -160,7 +161,8 @@ def render_group_status_text(name: str, group: str, view: GroupStatus) -> str:
         lines.append(f"endpoint: {view.endpoint.url} on {view.endpoint_host}: {view.endpoint.state}")
     if view.ray is not None:
         lines.append(f"ray: {view.ray.describe()}")
-    return "\n".join(lines)
+    # Every host's answer is its own to write (its supervisor's status file, its diagnosis): escaped line by line.
+    return "\n".join(printable(line) for line in lines)
 
 
 def status_group(inventory: Path, group: str, name: str, *, artifacts_dir: Path, forks: int,

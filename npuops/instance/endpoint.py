@@ -7,11 +7,11 @@ state of an engine that is still loading).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from npuops.httpclient import http_request
 from npuops.instance.metrics import Sample, parse_prometheus
+from npuops.wire import loads_json
 
 
 def health_ok(url: str, timeout: float = 5.0, path: str = "/health") -> bool:
@@ -51,7 +51,7 @@ def first_completion(url: str, model: str, *, api_key: str | None, timeout: floa
     if status != 200:
         return Completion(False, status, 0, None, seconds, body[:300].decode("utf-8", "replace"))
     try:
-        data = json.loads(body)
+        data = loads_json(body)
         choice = data["choices"][0]
         tokens = int(data.get("usage", {}).get("completion_tokens", 0))
         return Completion(True, status, tokens, choice.get("finish_reason"), seconds)

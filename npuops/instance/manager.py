@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,6 +32,8 @@ _COMMAND_END = re.compile(r"\bcode=(?P<code>[\w()]+) ; status=(?P<status>\d+)")
 # `systemctl` killed at its timeout (timeout(1)'s code), and the sub-state a unit then shows.
 RC_TIMED_OUT = 124
 NO_ANSWER = "systemctl did not answer"
+# The longest piece of a log line `stream_log` hands over at once (journald splits lines at 48 KiB by default).
+LOG_LINE_MAX = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,30 @@ class SystemdManager:
         units = [arg for u in (unit, *more_units) for arg in ("--unit", u)]
         return ["journalctl", *units, "--lines", str(lines), "--no-pager",
                 "--output", "short-iso" if more_units else "cat", *(["--follow"] if follow else [])]
+
+    def stream_log(self, unit: str, lines: int, follow: bool, *more_units: str,
+                   on_line: Callable[[str], None]) -> int:
+        """log_command's output handed to `on_line` line by line as it comes (with `follow`, until it ends or the
+        caller raises, Ctrl-C included), each line without its newline and at most LOG_LINE_MAX characters (a
+        longer one comes in pieces); the command's exit status. The lines are the engine's own output, as it wrote
+        them: the caller escapes them for a terminal."""
+        argv = self.log_command(unit, lines, follow, *more_units)
+        try:
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise EnvironmentMissingError(f"cannot run {argv[0]}: {exc.strerror}",
+                                          "install systemd's journalctl") from None
+        stdout = process.stdout
+        assert stdout is not None
+        try:
+            with stdout:
+                for raw in iter(lambda: stdout.readline(LOG_LINE_MAX), b""):
+                    on_line(raw.decode("utf-8", errors="replace").removesuffix("\n"))
+        finally:
+            if process.poll() is None:
+                process.terminate()
+            process.wait()
+        return process.returncode
 
     def recent_log(self, unit: str, lines: int = 40) -> list[str]:
         argv = self.log_command(unit, lines, follow=False)

@@ -10,7 +10,6 @@ travels inside `npuops status --json` (another host's status reads it back with 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from npuops.envfile import read_env_file
 from npuops.errors import BadInputError
-from npuops.wire import WireObject
+from npuops.wire import WireObject, loads_json
 
 if TYPE_CHECKING:
     # Only read here; the record imports the supervisor's state, which holds a RayState.
@@ -53,10 +52,10 @@ class RayNode:
 def parse_ray_nodes(text: str) -> list[RayNode]:
     """The JSON RAY_NODES_SCRIPT prints, or `ray.nodes()` dumped as JSON (both key styles). Pure."""
     try:
-        data = json.loads(text.strip().splitlines()[-1] if text.strip() else "")
+        data = loads_json(text.strip().splitlines()[-1] if text.strip() else "")
     except (ValueError, IndexError):
         try:
-            data = json.loads(text)
+            data = loads_json(text)
         except ValueError:
             raise RayNodesError("the Ray node listing is not JSON") from None
     if not isinstance(data, list):
@@ -253,7 +252,7 @@ def parse_stopped_workers(text: str, nodes: Sequence[ClusterNode]) -> list[str]:
     """The hosts (by the group's names) whose nodes reported stopped Ray workers, from RAY_STOPPED_SCRIPT's last
     line; an address the group does not know stays an address. Pure; RayNodesError on output that is not that."""
     try:
-        found = json.loads(text.strip().splitlines()[-1])
+        found = loads_json(text.strip().splitlines()[-1])
     except (ValueError, IndexError) as exc:
         raise RayNodesError(f"the stopped-worker listing is not JSON: {text.strip()[-200:]!r}") from exc
     if not isinstance(found, dict):

@@ -26,7 +26,7 @@ from npuops.instance.membership import ClusterMembership
 from npuops.instance.state import SupervisorState
 from npuops.ranges import MAX_DEVICES
 from npuops.safefiles import ConfinedPath, NotRead, read_tail
-from npuops.wire import WireFormatError
+from npuops.wire import WireFormatError, loads_json
 
 # The files of one instance and their modes: the env file may hold an API key.
 CONFIG_FILE = "vllm.yaml"
@@ -584,22 +584,12 @@ def write_status(record: InstanceRecord, state: SupervisorState) -> None:
 
 def read_status(record: InstanceRecord) -> SupervisorState | None:
     """The supervisor's last written state, or None when it never ran (or the file is unreadable or not a
-    supervisor's state)."""
-    # The status directory is the service user's to write: the file is read as a regular file only, without
-    # following a link from its directory down (a FIFO there would hang `status` run as root), and bounded.
+    supervisor's state). The status directory is the service user's to write: the file is read as a regular file
+    only, no link followed from its directory down (a FIFO would hang `status` run as root), at most a MiB."""
     status = PurePosixPath(record.status_file)
     try:
         tail = read_tail(ConfinedPath(Path(status.parent.parent), PurePosixPath(status.parent.name, status.name)),
-                         cap=STATUS_MAX_BYTES)
-        if tail.left_out:
-            return None
-        data = json.loads(tail.data.decode("utf-8"))
-    except (NotRead, ValueError, RecursionError):
+                         cap=MIB)
+        return None if tail.left_out else SupervisorState.from_json(loads_json(tail.data.decode("utf-8")))
+    except (NotRead, ValueError, WireFormatError):
         return None
-    try:
-        return SupervisorState.from_json(data)
-    except WireFormatError:
-        return None
-
-
-STATUS_MAX_BYTES = MIB

@@ -27,7 +27,7 @@ import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from npuops.atomic import write_files_as_one_set, write_text_atomic
@@ -41,7 +41,8 @@ from npuops.instance.record import (
     InstanceRecord,
     validate_instance_name,
 )
-from npuops.wire import WireFormatError, WireObject
+from npuops.safefiles import ConfinedPath, NotRead, printable, read_tail
+from npuops.wire import WireFormatError, WireObject, loads_json
 
 HISTORY_FORMAT = "npuops-revisions/1"
 LAUNCH_FILE = "launch.json"
@@ -58,6 +59,37 @@ OUTCOMES = (OUTCOME_SERVING, OUTCOME_SUPERSEDED, OUTCOME_STOPPED, OUTCOME_ROLLED
 # directory, a time is shown as a date (localtime fails beyond year 9999, and on nan).
 MAX_REVISION = 10**9
 MAX_TIME = 10**11
+# What npuops reads of a revision (revisions.json, a revision's launch.json and files): the history grows by one
+# entry of well under a KiB per launch or rollout, a revision's files are a few KiB. Nothing npuops writes nests
+# deeper than a few levels; Python's parser gives up with a RecursionError at about a thousand, and what walks a
+# document after it would recurse as deep.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_JSON_DEPTH = 32
+HOLD_MAX_BYTES = 4096
+
+
+def loads_checked(text: str) -> Any:
+    """json.loads of a document npuops wrote; a document nested deeper than MAX_JSON_DEPTH is a ValueError too."""
+    return loads_json(text, MAX_JSON_DEPTH)
+
+
+def read_state_json(state_dir: Path, relative: PurePosixPath, fix: str) -> Any:
+    """The JSON document at `relative` below the state dir, or None when it does not exist. What is there is read
+    as data that may be hostile: a regular file only (a FIFO would hang the command forever), no link followed
+    below the state dir, at most MAX_FILE_BYTES, UTF-8, nested as npuops nests; else a ConfigError with `fix`."""
+    path = ConfinedPath(state_dir, relative)
+    try:
+        tail = read_tail(path, cap=MAX_FILE_BYTES)
+    except NotRead as exc:
+        if exc.missing:
+            return None
+        raise ConfigError(printable(exc.reason), fix) from None
+    if tail.left_out:
+        raise ConfigError(f"{path} is {tail.size} bytes, more than the {MAX_FILE_BYTES} npuops reads of it", fix)
+    try:
+        return loads_checked(tail.data.decode("utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not readable JSON ({exc})", fix) from None
 
 
 @dataclass(frozen=True)
@@ -107,12 +139,9 @@ def _history_entries(state_dir: Path, name: str) -> tuple[Path, list[WireObject]
     """revisions.json's entries, unchecked ([] when there is none); the file itself must be a history."""
     path = _instance_dir(state_dir, name) / REVISIONS_FILE
     fix = f"move it away; the next `npuops launch` of {name} starts a new history"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data = read_state_json(state_dir, PurePosixPath(name, REVISIONS_FILE), fix)
+    if data is None:
         return path, []
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc})", fix) from None
     try:
         if not isinstance(data, dict) or data.get("format") != HISTORY_FORMAT:
             raise WireFormatError("revision history", f"its format is not {HISTORY_FORMAT}")
@@ -246,12 +275,9 @@ def stored_launch(state_dir: Path, name: str, number: int) -> dict[str, Any] | N
     directory = revision_dir(state_dir, name, number)
     path = directory / LAUNCH_FILE
     fix = _damaged_revision_fix(name, directory)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data = read_state_json(state_dir, PurePosixPath(name, REVISIONS_DIR, str(number), LAUNCH_FILE), fix)
+    if data is None:
         return None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc})", fix) from None
     try:
         kept = WireObject.wrap(data, "revision's launch")
         kept.require("request", "choices")
@@ -305,8 +331,11 @@ def _stored_file(path: Path, fix: str) -> StoredFile:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path} is not a regular file", fix)
+        if info.st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"{path} is {info.st_size} bytes, more than the {MAX_FILE_BYTES} npuops reads of it",
+                              fix)
         try:
-            text = handle.read().decode("utf-8")
+            text = handle.read(MAX_FILE_BYTES + 1).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {path} ({exc})", fix) from None
     return StoredFile(path.name, text, info.st_mode & 0o777)
@@ -380,9 +409,11 @@ def clear_progress(state_dir: Path, name: str) -> None:
 def rollout_in_progress(state_dir: Path, name: str) -> RolloutProgress | None:
     """The rollout of `name` under way, or None (none, or its process is gone: a killed rollout holds nothing)."""
     try:
-        progress = RolloutProgress.from_json(json.loads(
-            (_instance_dir(state_dir, name) / ROLLOUT_FILE).read_text(encoding="utf-8")))
-    except (OSError, ValueError, WireFormatError):
+        data = read_state_json(state_dir, PurePosixPath(validate_instance_name(name), ROLLOUT_FILE), "")
+        if data is None:
+            return None
+        progress = RolloutProgress.from_json(data)
+    except (ConfigError, WireFormatError):  # `status` says nothing of a rollout whose file does not read
         return None
     return progress if pid_alive(progress.pid) else None
 
@@ -400,8 +431,10 @@ def release_hold(record: InstanceRecord) -> None:
 def held_out_of_router(record: InstanceRecord) -> int | None:
     """The pid of the rollout holding this replica out of its router until it is verified, or None."""
     try:
-        pid = int((record.directory / HOLD_FILE).read_text(encoding="utf-8").split()[0])
-    except (OSError, ValueError, IndexError):
+        # Read as the state dir's other files: a FIFO put there must not hang the replica's supervisor.
+        pid = int(read_tail(ConfinedPath(record.directory, PurePosixPath(HOLD_FILE)), cap=HOLD_MAX_BYTES)
+                  .data.decode("ascii").split()[0])
+    except (NotRead, ValueError, IndexError):
         return None
     return pid if pid_alive(pid) else None
 

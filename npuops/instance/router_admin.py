@@ -10,13 +10,13 @@ replica on another host has no router record here and is left to the router's ow
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from dataclasses import dataclass
 
 from npuops.errors import BadInputError, ConfigError
 from npuops.httpclient import base_url, http_request
 from npuops.instance.record import InstanceRecord, load_record
+from npuops.wire import loads_json
 
 ROUTER_TIMEOUT_S = 5.0
 
@@ -52,7 +52,7 @@ def router_of(record: InstanceRecord) -> InstanceRecord | None:
 def worker_urls(body: bytes) -> list[str] | None:
     """The URLs of `GET /list_workers`'s answer, or None when it is not that answer (pure)."""
     try:
-        data = json.loads(body)
+        data = loads_json(body)
     except ValueError:
         return None
     urls = data.get("urls") if isinstance(data, dict) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,9 @@ from npuops.wire import WireObject
 STATUS = "supervisor status file"
 EXIT_GATE_REFUSED = "gate-refused"
 EXIT_STOPPED = "stopped"
+# A diagnosis id as npuops makes them: a failure signature's, `gate:CHECK`, `systemd-NAME`, `signal-NAME`. The
+# status file is the service user's to write: an id is a key (shown in brackets, looked up), never free text.
+DIAGNOSIS_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 class Stage(str, enum.Enum):
@@ -69,7 +73,10 @@ class Diagnosis:
     @classmethod
     def from_json(cls, data: object) -> Diagnosis:
         diagnosis = WireObject.wrap(data, "diagnosis")
-        return cls(diagnosis.req_text("id"), diagnosis.text("cause"), diagnosis.text("fix"), diagnosis.text("line"),
+        diagnosis_id = diagnosis.req_text("id")
+        if not DIAGNOSIS_ID.fullmatch(diagnosis_id):
+            raise diagnosis.fail("id", "is not a diagnosis id (letters, digits and . _ : -, at most 128)")
+        return cls(diagnosis_id, diagnosis.text("cause"), diagnosis.text("fix"), diagnosis.text("line"),
                    diagnosis.text("source"), diagnosis.flag("permanent"))
 
 

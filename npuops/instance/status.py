@@ -34,6 +34,7 @@ from npuops.instance.record import (
 )
 from npuops.instance.revisions import rollout_in_progress
 from npuops.instance.state import Diagnosis, Stage, SupervisorExit, SupervisorState
+from npuops.safefiles import printable
 from npuops.textout import wrapped
 from npuops.wire import WireObject
 
@@ -395,15 +396,24 @@ def _fmt(value: Any, scale: float = 1.0, unit: str = "", digits: int = 1) -> str
 
 
 def render_status_text(status: InstanceStatus) -> str:
+    """The status as an operator reads it. Its texts come from the supervisor's status file (the service user's to
+    write), the engine's /metrics, the journal and other hosts' answers: each line is escaped as a whole (a control
+    character, an escape sequence or a newline inside a value shows as `\\x1b`, `\\n`), so no value can move the
+    cursor, retitle the terminal or forge a line of its own; `--json` keeps every value as it was read."""
+    return "\n".join(printable(line) for line in _status_lines(status))
+
+
+def _status_lines(status: InstanceStatus) -> list[str]:
+    """The status's lines, one element each, their values as they were read (render_status_text escapes them)."""
     if status.state == UNREADABLE and status.diagnosis is not None:
-        return "\n".join([f"{status.name}: {UNREADABLE}", f"  problem   {status.diagnosis.cause}",
-                          f"  fix       {status.diagnosis.fix}"])
+        return [f"{status.name}: {UNREADABLE}", f"  problem   {status.diagnosis.cause}",
+                f"  fix       {status.diagnosis.fix}"]
     lines = [f"{status.name}: {status.state}  ({status.model} on {status.url})"]
     lines += [f"  warning   {warning}" for warning in status.warnings]
     if status.revision:
         lines.append(f"  revision  {status.revision}")
     if status.rollout:
-        lines.append(wrapped(status.rollout, "  rollout   "))
+        lines += wrapped(status.rollout, "  rollout   ").split("\n")
     unit = status.unit_state
     if unit:
         restarts = f", {unit.restarts} restart(s)" if unit.restarts else ""
@@ -463,7 +473,7 @@ def render_status_text(status: InstanceStatus) -> str:
         lines.append(f"  last exit {status.exit.reason} (status {status.exit.code}), no known cause")
         lines.append(f"  next      `npuops logs {status.name}`, then `npuops collect {status.name}` for a support "
                      "case")
-    return "\n".join(lines)
+    return lines
 
 
 def _router_lines(status: InstanceStatus) -> list[str]:

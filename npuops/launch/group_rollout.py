@@ -52,6 +52,7 @@ from npuops.launch.revision_store import (
 from npuops.launch.rollout import RolloutRequest
 from npuops.plan.inputs import PlanRequest
 from npuops.settings import Settings
+from npuops.wire import loads_json
 
 PLACE_WEIGHTS_PLAYBOOK = "place-weights.yml"
 ROLLOUT_HOST_PLAYBOOK = "rollout-host.yml"
@@ -230,7 +231,7 @@ def _switch_answer(said: object) -> dict[str, Any] | None:
     if not isinstance(said, str) or not said:
         return None
     try:
-        answer = json.loads(said)
+        answer = loads_json(said)
     except ValueError:
         return None
     return answer if isinstance(answer, dict) else None

@@ -51,6 +51,7 @@ from npuops.launch.install import (
 from npuops.launch.instance_files import InstanceFiles
 from npuops.launch.revision_store import keep_revision, next_revision, with_revision
 from npuops.monitor.refresh import refresh_monitoring
+from npuops.safefiles import printable
 from npuops.service.gate import chip_watch, refusal_status, render_gate_text, run_gate
 from npuops.service.supervisor import LOG_TAIL_LINES, Supervisor, SupervisorOptions
 from npuops.settings import Settings
@@ -136,15 +137,17 @@ def _predicted(prediction: Mapping[str, object], key: str) -> float | None:
 
 
 def _failure_lines(diagnosis: Diagnosis | None, log_tail: Sequence[str]) -> list[str]:
+    """What a failed start shows: the engine's last log lines and the supervisor's diagnosis, both written by the
+    engine's service user, so each is escaped for the terminal (no escape sequence of theirs reaches root's)."""
     lines = []
     if log_tail:
         lines.append(f"last {len(log_tail)} log line(s):")
-        lines += [f"  | {line}" for line in log_tail]
+        lines += [f"  | {printable(line)}" for line in log_tail]
     if diagnosis:
-        lines.append(f"diagnosis [{diagnosis.id}]: {diagnosis.cause}")
+        lines.append(f"diagnosis [{printable(diagnosis.id)}]: {printable(diagnosis.cause)}")
         if diagnosis.line:
-            lines.append(f"  seen: {diagnosis.line}")
-        lines.append(f"  fix: {diagnosis.fix}")
+            lines.append(f"  seen: {printable(diagnosis.line)}")
+        lines.append(f"  fix: {printable(diagnosis.fix)}")
     else:
         lines.append("diagnosis: no known failure signature in the log; read it above or with `npuops logs`")
     return lines

@@ -29,6 +29,7 @@ from npuops.instance.revisions import (
     LaunchOrigin,
     Revision,
     StoredFile,
+    loads_checked,
     read_history,
     revision_dir,
     store_revision,
@@ -106,7 +107,7 @@ def stored_instance(part: str, files: Sequence[StoredFile], where: str, fix: str
     if text is None:
         raise ConfigError(f"{where} has no {RECORD_FILE}", fix)
     try:
-        data = json.loads(text)
+        data = loads_checked(text)
     except ValueError as exc:
         raise ConfigError(f"{where}/{RECORD_FILE} is not JSON ({exc})", fix) from None
     if not isinstance(data, dict):

@@ -26,6 +26,7 @@ from npuops.plan.quantization import (
     read_quantization_config,
     weight_bytes_per_element,
 )
+from npuops.wire import loads_json
 
 # Bytes per element for the dtype names config.json and safetensors use.
 DTYPE_BYTES: dict[str, float] = {
@@ -469,7 +470,7 @@ def safetensors_tensor_bytes(path: Path) -> int:
     if len(header_bytes) != length:
         raise _bad_config(str(path), "safetensors header is truncated")
     try:
-        header = json.loads(header_bytes)
+        header = loads_json(header_bytes)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise _bad_config(str(path), "safetensors header is not JSON") from None
     if not isinstance(header, dict):
@@ -498,7 +499,7 @@ def _read_json(path: Path, what: str) -> Any:
     except UnicodeDecodeError:
         raise _bad_config(str(path), f"{what} is not UTF-8 text") from None
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError as exc:
         raise BadInputError(
             f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",

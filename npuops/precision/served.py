@@ -22,6 +22,7 @@ from npuops.errors import BadInputError, ConfigError, EnvironmentMissingError
 from npuops.hardware.probe import CommandResult, CommandRunner
 from npuops.httpclient import http_request
 from npuops.parsing import ParseError
+from npuops.wire import loads_json
 
 GOLDEN_FORMAT = "npuops-golden/1"
 
@@ -88,7 +89,7 @@ def _floats(value: Any, what: str) -> tuple[float, ...]:
 def parse_completion(body: bytes | str, prompt: str) -> Generation:
     """One choice of a vLLM /v1/completions answer asked with logprobs=1 and return_token_ids."""
     try:
-        data = json.loads(body)
+        data = loads_json(body)
         choice = data["choices"][0]
     except (ValueError, KeyError, IndexError, TypeError):
         raise ParseError("a completions answer", "not an OpenAI completions answer") from None
@@ -203,7 +204,7 @@ def served_model_name(url: str, api_key: str | None, timeout: float = 10.0) -> s
                                       "start the engine (`npuops launch`) or fix --endpoint")
     status, body = answer
     try:
-        return str(json.loads(body)["data"][0]["id"])
+        return str(loads_json(body)["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
         raise BadInputError(f"{url}/v1/models answered HTTP {status} without a model",
                             "pass --model NAME, or check --endpoint and --api-key-file") from None
@@ -291,7 +292,7 @@ def replace_source(generations: GenerationSet, source: str) -> GenerationSet:
 def model_dtype(model_dir: Path) -> str:
     """The dtype a model directory declares (config.json torch_dtype / dtype), float32 when it says nothing."""
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        config = loads_json((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "float32"
     value = config.get("dtype") or config.get("torch_dtype") or "float32"

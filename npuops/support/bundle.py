@@ -4,7 +4,9 @@ The manifest (manifest.json, the bundle's first member) lists every file with it
 path it came from, whether it was cut to the per-file cap (logs keep their end, where a failure is), and every item
 that was skipped with why (a tool not installed, a file absent or unreadable, a link or a FIFO not followed, the
 bundle's own cap reached). The archive is written to a temporary file beside its destination and renamed into place
-(0600: it holds logs); the destination is checked first (`check_destination`): a bundle replaces only a bundle.
+(0600: it holds logs); the destination is checked first (`check_destination`): a bundle replaces only a bundle, or
+with --force a file, a FIFO or a link to a file (the link itself), never a device, a directory, a link to anything
+else or anything under /proc, /sys, /dev or /run.
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ BUNDLE_SUFFIX = ".tar.gz"
 # Bounds on a bundle read back (another host's, or the file an --output would replace): its manifest, its members.
 MANIFEST_READ_CAP = 64 * 2**20
 MAX_MEMBERS = 100_000
-# Where a file is never written, whatever --force says: the kernel's pseudo-filesystems.
-PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
+# Where a bundle is never written, whatever --force says: the kernel's pseudo-filesystems, and the trees of devices
+# and runtime state, whose entries are devices, sockets and links to them (/dev/stdout names a pipe or a terminal).
+NEVER_UNDER = (Path("/proc"), Path("/sys"), Path("/dev"), Path("/run"))
+# A bundle is a file renamed into place: it cannot go into a pipe, a terminal or a device.
+NOT_A_FILE_FIX = "give --output a file name in a directory on a disk, e.g. ./bundle.tar.gz (a bundle is written " \
+                 "as a file and renamed into place: it is never streamed into a pipe, a terminal or a device)"
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,14 @@ class Bundle:
     def add(self, path: str, data: bytes | str, source: str, *, left_out: int = 0) -> bool:
         """Add a file (redacted, then cut to the file cap keeping its end): a file's `data` comes already bounded,
         its tail read from the end with `left_out` bytes before it unread (npuops.safefiles.read_tail); a command's
-        output is cut here. False, with the reason in `skipped`, where the bundle's cap has no room for it."""
-        path = _member_path(path)
+        output is cut here. False, with the reason in `skipped`, where the bundle's cap has no room for it. Its path
+        is redacted too (a file name can hold a token)."""
+        original, path = path, _member_path(self.redactor.text(path))
+        if path != original:  # two names that differ only in a secret stay two files
+            stem, n = path, 1
+            while path in self._data:
+                n += 1
+                path = f"{stem}.{n}"
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
         clean = self.redactor.data(raw)
         dropped = left_out + max(0, len(clean) - self.file_cap)
@@ -111,9 +123,22 @@ class Bundle:
     def data(self, path: str) -> bytes:
         return self._data[path]
 
+    def redacted(self, value: Any) -> Any:
+        """A JSON value with every string in it (keys too) passed through the bundle's redactor: what the manifest
+        and the summary printed say (a reason quotes a record's value, a source names a file) is text like the
+        files'."""
+        if isinstance(value, str):
+            return self.redactor.text(value)
+        if isinstance(value, dict):
+            return {self.redacted(k): self.redacted(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redacted(v) for v in value]
+        return value
+
     def manifest(self) -> dict[str, Any]:
-        return {**self.meta, "files": [f.as_dict() for f in self.files],
-                "skipped": [s.as_dict() for s in self.skipped]}
+        """The manifest, redacted like the files."""
+        return dict(self.redacted({**self.meta, "files": [f.as_dict() for f in self.files],
+                                   "skipped": [s.as_dict() for s in self.skipped]}))
 
     def write(self, destination: Path, *, force: bool = False) -> Path:
         """The bundle as a .tar.gz at `destination` (0600), written atomically, where check_destination allows."""
@@ -151,19 +176,49 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
+def _never_under(path: Path) -> Path | None:
+    return next((p for p in NEVER_UNDER if path == p or p in path.parents), None)
+
+
+def _check_link(destination: Path, *, force: bool) -> None:
+    """A link at --output is replaced itself (never written through), and only with --force and when it names a
+    regular file outside NEVER_UNDER: a link to a device, a pipe (/proc/self/fd/1), a directory, or nothing is not
+    an operator's file to overwrite, and --force does not change that."""
+    real = Path(os.path.realpath(destination))
+    # /proc/self/fd/1 names whatever the process's stdout is (a pipe, a terminal, pytest's capture file): the first
+    # step of the link counts as much as where it ends.
+    first = Path(os.path.normpath(destination.parent / os.readlink(destination)))
+    under = _never_under(first) or _never_under(real)
+    try:
+        target: os.stat_result | None = os.stat(destination)  # stat, not open: a FIFO there is not opened
+    except OSError:
+        target = None
+    if target is None or not stat.S_ISREG(target.st_mode) or under is not None:
+        what = ("a link that names nothing (or a loop)" if target is None else
+                f"a link to {kind(target.st_mode)} ({real})" if not stat.S_ISREG(target.st_mode) else
+                f"a link to {first}, under {under}")
+        raise BadInputError(f"--output {destination} is {what}; a bundle never replaces it", NOT_A_FILE_FIX)
+    if not force:
+        raise BadInputError(f"--output {destination} exists and is a link to the file {real}",
+                            "choose another --output, or add --force to replace the link itself (the file it names "
+                            "is left as it is)")
+
+
 def check_destination(destination: Path, *, force: bool) -> None:
-    """Refuse, in one line with the fix, a destination a bundle must not be written to: under /proc or /sys, in a
-    directory that is a file, over a directory or a device (always), or over anything that is not a bundle of ours
-    (a FIFO, a link, another file) unless `force`. A bundle of ours is replaced."""
+    """Refuse, in one line with the fix, a destination a bundle must not be written to: under /proc, /sys, /dev or
+    /run, in a directory that is a file, over a directory, a device, a socket or a link to anything but a regular
+    file (always), or over anything that is not a bundle of ours (a FIFO, a link to a file, another file) unless
+    `force`. A bundle of ours is replaced."""
     destination = destination.absolute()
     ancestor = _existing_ancestor(destination.parent)
     if not ancestor.is_dir():
         raise BadInputError(f"--output {destination} cannot be written: {ancestor} is not a directory",
                             "give --output a path in a directory")
     real = Path(os.path.realpath(ancestor))
-    if any(real == p or p in real.parents for p in PSEUDO_FILESYSTEMS):
-        raise BadInputError(f"--output {destination} is under {real}, a kernel pseudo-filesystem",
-                            "give --output a path on a disk, e.g. ./bundle.tar.gz")
+    under = _never_under(real) or _never_under(destination.parent)
+    if under is not None:
+        raise BadInputError(f"--output {destination} is under {under}, which holds devices and the kernel's or "
+                            "services' runtime state, not files", NOT_A_FILE_FIX)
     try:
         info = os.lstat(destination)
     except FileNotFoundError:
@@ -173,15 +228,16 @@ def check_destination(destination: Path, *, force: bool) -> None:
                             "give --output another path") from None
     mode = info.st_mode
     if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-        raise BadInputError(f"--output {destination} is {kind(mode)}; a bundle never replaces one",
-                            "give --output a file name")
+        raise BadInputError(f"--output {destination} is {kind(mode)}; a bundle never replaces one", NOT_A_FILE_FIX)
+    if stat.S_ISLNK(mode):
+        _check_link(destination, force=force)
+        return
     if stat.S_ISREG(mode) and is_our_bundle(destination):
         return
     if not force:
         what = "a file that is not an npuops bundle" if stat.S_ISREG(mode) else kind(mode)
         raise BadInputError(f"--output {destination} exists and is {what}",
-                            "choose another --output, or add --force to replace it (a link is replaced, not "
-                            "followed)")
+                            "choose another --output, or add --force to replace it")
 
 
 def is_our_bundle(path: Path) -> bool:

@@ -5,8 +5,10 @@ What it gathers (each part skipped, with why, where it cannot be had; npuops/sup
 - per instance (all, or the NAMEs): its record and rendered files (the env file too: it passes the redactor like
   everything else), the supervisor's status and engine log, its units' files, `systemctl show` and journal since
   --since;
-- CANN's logs (plog and device logs under ascend/log) of root and of the service user, newest first, modified since
-  --since; kernel messages about NPUs, OOM kills and segfaults since --since;
+- CANN's logs (plog and device logs under ascend/log) of root and of the service user, each tree its user's files
+  only, each part ranked on its own, newest first, modified since --since, and vllm-ascend's where an instance's
+  ascend_log_path moved them below its service user's places (npuops/support/log_trees.py); kernel messages about
+  NPUs, OOM kills and segfaults since --since;
 - `npu-smi info`, each chip's `npu-smi info -t health`, each NPU port's `hccn_tool -link -g` and `-net_health -g`,
   `msnpureport`'s export where the tool exists; `pip freeze` of the serving venv; uname and os-release.
 
@@ -15,13 +17,12 @@ npuops from the state dir, the instance's name and the settings (npuops/support/
 a record; only regular files are read, no link is followed, a FIFO is never opened, and a file's tail is read from
 its end, so a 512 MiB log costs its last 8 MiB. What is left out is listed in the manifest with why.
 
-Secrets never enter it: every file passes one Redactor that knows the secrets of every instance of the node (each
-env file, kept revision and record: npuops/support/node_instances.py, npuops/support/redact.py).
+Secrets never enter it: every file, and the manifest, pass one Redactor that knows the secrets of every instance of
+the node (each env file, kept revision and record: npuops/support/node_instances.py, npuops/support/redact.py).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import pwd
 import re
@@ -36,10 +37,20 @@ from npuops import __version__
 from npuops.hardware.node import Node, discover_node
 from npuops.hardware.probe import Probe
 from npuops.hardware.python_stack import stack_interpreter
-from npuops.safefiles import ConfinedPath, NotRead, printable, read_tail, untrusted_absolute, walk_regular_files
+from npuops.instance.record import MANAGER_FOREGROUND
+from npuops.safefiles import ConfinedPath, NotRead, directory_entries, printable, read_tail, walk_regular_files
 from npuops.settings import Settings
 from npuops.support.bundle import Bundle
 from npuops.support.instance_paths import InstancePaths, confined_record
+from npuops.support.log_trees import (
+    ASCEND_LOG_PARTS,
+    CONFIG_READ_CAP,
+    MAX_REFUSED_LISTED,
+    LogTree,
+    ascend_log_path,
+    choose_part,
+    confine_log_path,
+)
 from npuops.support.node_instances import NodeInstance, learn_secrets, node_instances
 from npuops.support.redact import Redactor
 
@@ -49,16 +60,6 @@ DEFAULT_SERVICE_USER = "npuops"
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 
 Progress = Callable[[str], None]
-# CANN's logs: what `ascend/log` under a user's home holds (plog: the host processes' logs; device-N: the chips').
-# vllm_ascend: vllm-ascend's own log files (its logger's default ~/ascend/log/vllm_ascend, from PR #10306).
-ASCEND_LOG_PARTS = ("debug/plog", "run/plog", "debug/device-*", "run/device-*", "security/plog", "vllm_ascend")
-# An instance may move vllm-ascend's logs elsewhere: --additional-config's ascend_log_path.
-# (vllm.yaml holds --additional-config as a JSON string in YAML double quotes: its quotes come escaped.)
-ASCEND_LOG_PATH = re.compile(r'ascend_log_path\\?"?\s*:\s*\\?"([^"\\]+)')
-CONFIG_READ_CAP = 2**20
-MAX_LOG_FILES = 40  # per log directory tree, newest first
-# Entries a tree may have that are not taken (links, FIFOs, ...) listed one by one in the manifest, then counted.
-MAX_REFUSED_LISTED = 20
 # Kernel messages worth a support case: the NPU driver's, OOM kills, crashes.
 KERNEL_PATTERN = re.compile(r"(?i)davinci|\bnpu|hisi|ascend|devmm|drv_|hccn|out of memory|oom[-_ ]kill|"
                             r"killed process|segfault|general protection|call trace|pcie bus error")
@@ -84,14 +85,6 @@ class CollectRequest:
 
 def _since_arg(since_s: int) -> str:
     return f"-{since_s}s"
-
-
-@dataclass(frozen=True)
-class LogTree:
-    label: str  # ascend-logs/<label>/ in the bundle
-    top: ConfinedPath
-    parts: tuple[str, ...]  # the parts of the tree to take (glob patterns of leading directories); () all of it
-    origin: str  # whose logs they are, for the manifest
 
 
 class NodeCollector:
@@ -125,20 +118,20 @@ class NodeCollector:
             text += f"\n[exit {result.returncode}{': ' + result.error if result.error else ''}]\n"
         self.bundle.add(path, text, " ".join(argv))
 
-    def _file(self, path: str, source: ConfinedPath, *, quiet_if_missing: bool = False) -> None:
-        """A file's tail (the file cap's worth, from the end); anything but a regular file is skipped with why."""
+    def _file(self, path: str, source: ConfinedPath, *, quiet_if_missing: bool = False,
+              owner: int | None = None) -> None:
+        """A file's tail (the file cap's worth, from the end); anything but a regular file (or, with `owner`, one
+        that uid does not own) is skipped with why."""
         try:
-            tail = read_tail(source, cap=self.bundle.file_cap, whole_lines=True)
+            tail = read_tail(source, cap=self.bundle.file_cap, whole_lines=True, owner=owner)
         except NotRead as exc:
             if not (quiet_if_missing and exc.missing):
                 self.bundle.skip(path, exc.reason)
             return
         self.bundle.add(path, tail.data, str(source), left_out=tail.left_out)
 
-    def _tree(self, base: str, top: ConfinedPath, *, since: float | None = None, parts: tuple[str, ...] = (),
-              limit: int | None = None) -> None:
-        """The regular files of a directory tree under base/ (those modified since `since`, below `parts`, the
-        newest `limit`), every link, FIFO or device in it listed as skipped."""
+    def _tree(self, base: str, top: ConfinedPath) -> None:
+        """The regular files of a directory tree under base/, every link, FIFO or device in it listed as skipped."""
         walk = walk_regular_files(top)
         for relative, why in walk.refused[:MAX_REFUSED_LISTED]:
             self.bundle.skip(f"{base}/{printable(str(relative))}", f"{top / relative} {why}")
@@ -147,12 +140,7 @@ class NodeCollector:
                                    "regular files were left out")
         if walk.incomplete:
             self.bundle.skip(base, f"{top} has {walk.incomplete}")
-        files = sorted((f for f in walk.files if (since is None or f.mtime >= since) and _below(f.relative, parts)),
-                       key=lambda f: f.mtime, reverse=True)
-        if limit is not None and len(files) > limit:
-            self.bundle.skip(base, f"{len(files) - limit} older log files left out (the newest {limit} are in)")
-            files = files[:limit]
-        for found in sorted(files, key=lambda f: f.relative):
+        for found in sorted(walk.files, key=lambda f: f.relative):
             self._file(f"{base}/{printable(str(found.relative))}", top / found.relative)
 
     # --- the parts ----------------------------------------------------------------------------------------------
@@ -249,57 +237,94 @@ class NodeCollector:
         users = {i.record.service_user or DEFAULT_SERVICE_USER for i in self.instances if i.record is not None}
         return sorted(users or {DEFAULT_SERVICE_USER})
 
-    def _log_trees(self) -> Iterator[LogTree]:
-        """CANN's and vllm-ascend's logs of root and of the service users, and the vllm-ascend log directories the
-        instances name (each only where it is an absolute path outside /proc, /sys and /dev)."""
-        host = self.settings.host_path
-        yield LogTree("root", ConfinedPath(host("/root"), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS, "root")
-        for user in self._service_users():
-            if not USER_NAME.fullmatch(user):
-                self.bundle.skip(f"ascend-logs/{printable(user)}", "not a user name: its logs are not looked for")
-                continue
-            try:
-                home = pwd.getpwnam(user).pw_dir
-            except KeyError:
-                self.bundle.skip(f"ascend-logs/{user}", f"no user {user} on this node")
-                continue
-            yield LogTree(user, ConfinedPath(host(home), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS, user)
-        process_log = self.settings.environ.get("ASCEND_PROCESS_LOG_PATH")
-        if process_log:  # root's own environment: its path is trusted as given
-            yield LogTree("ascend-process-log-path", ConfinedPath(host(process_log)), ASCEND_LOG_PARTS,
-                          "ASCEND_PROCESS_LOG_PATH")
-        for instance in self.instances:
-            label = f"{instance.name}-vllm-ascend"
-            for found in self._ascend_log_paths(instance):
-                try:
-                    path = untrusted_absolute(found)
-                except NotRead as exc:
-                    self.bundle.skip(f"ascend-logs/{label}", f"ascend_log_path in its vllm.yaml: {exc.reason}")
-                    continue
-                # A path a file names: every component of it opened without following a link.
-                yield LogTree(label, ConfinedPath(host("/"), path.relative_to("/")), (), f"{instance.name}'s "
-                              "ascend_log_path")
-
-    def _ascend_log_paths(self, instance: NodeInstance) -> list[str]:
+    def _user(self, user: str, what: str | None = None) -> pwd.struct_passwd | None:
+        """A service user's passwd entry; None, with why in the manifest (of `what`, its logs by default), where it
+        has none."""
+        if not USER_NAME.fullmatch(user):
+            self.bundle.skip(what or f"ascend-logs/{printable(user)}", f"{printable(user)} is not a user name: its "
+                                                                       "logs are not looked for")
+            return None
         try:
-            config = read_tail(instance.paths.instance_dir / "vllm.yaml", cap=CONFIG_READ_CAP).data
+            return pwd.getpwnam(user)
+        except KeyError:
+            self.bundle.skip(what or f"ascend-logs/{user}", f"no user {user} on this node: its logs are not looked for")
+            return None
+
+    def _log_trees(self) -> Iterator[LogTree]:
+        """CANN's and vllm-ascend's logs of root and of the service users, each taking only its user's files, and
+        the vllm-ascend log directories the instances name (npuops/support/log_trees.py)."""
+        host = self.settings.host_path
+        yield LogTree("root", ConfinedPath(host("/root"), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS, "root", 0)
+        for user in self._service_users():
+            entry = self._user(user)
+            if entry is not None:
+                yield LogTree(user, ConfinedPath(host(entry.pw_dir), PurePosixPath("ascend/log")), ASCEND_LOG_PARTS,
+                              user, entry.pw_uid)
+        process_log = self.settings.environ.get("ASCEND_PROCESS_LOG_PATH")
+        if process_log:  # root's own environment: its path is trusted as given, its files are root's
+            yield LogTree("ascend-process-log-path", ConfinedPath(host(process_log)), ASCEND_LOG_PARTS,
+                          "root (ASCEND_PROCESS_LOG_PATH)", 0)
+        for instance in self.instances:
+            tree = self._instance_log_tree(instance)
+            if tree is not None:
+                yield tree
+
+    def _instance_log_tree(self, instance: NodeInstance) -> LogTree | None:
+        """vllm-ascend's logs where an instance's vllm.yaml moved them (ascend_log_path): followed only below its
+        service user's home or its status directory, a directory that user owns, taking that user's files."""
+        label = f"{instance.name}-vllm-ascend"
+        try:
+            config = read_tail(instance.paths.instance_dir / "vllm.yaml", cap=CONFIG_READ_CAP + 1)
+            if len(config.data) > CONFIG_READ_CAP:
+                raise ValueError(f"its vllm.yaml is larger than {CONFIG_READ_CAP // 2**20} MiB")
+            text = ascend_log_path(config.data)
         except NotRead:
-            return []
-        return ASCEND_LOG_PATH.findall(config.decode("utf-8", "replace"))
+            return None  # the instance's files are listed, or said missing, with them
+        except ValueError as exc:
+            self.bundle.skip(f"ascend-logs/{label}", f"no ascend_log_path looked for: {exc}")
+            return None
+        if text is None:
+            return None
+        record = instance.record
+        if record is None:
+            self.bundle.skip(f"ascend-logs/{label}", f"not followed: {instance.problem} (whose logs are unknown)")
+            return None
+        # A foreground run's engine runs as whoever started it: only its status directory (the instance's) counts.
+        user = (record.service_user or DEFAULT_SERVICE_USER) if record.manager != MANAGER_FOREGROUND else None
+        entry = self._user(user, f"ascend-logs/{label}") if user is not None else None
+        if user is not None and entry is None:
+            return None
+        home = PurePosixPath(entry.pw_dir) if entry is not None else None
+        try:
+            top = confine_log_path(text, home=home, host_home=self.settings.host_path(str(home)) if home else None,
+                                   status_dir=instance.paths.status_dir)
+        except NotRead as exc:
+            self.bundle.skip(f"ascend-logs/{label}", f"ascend_log_path in its vllm.yaml: {exc.reason}")
+            return None
+        return LogTree(label, top, (), f"{instance.name}'s service user {user or 'root'} (its ascend_log_path)",
+                       entry.pw_uid if entry is not None else 0, top_owned=True)
 
     def _ascend_logs(self) -> None:
+        """Each part of each log tree walked and ranked on its own; its user's log files, newest first."""
         cutoff = time.time() - self.request.since_s
         seen: set[str] = set()
         for tree in self._log_trees():
             if str(tree.top) in seen:
                 continue
             seen.add(str(tree.top))
-            base = f"ascend-logs/{tree.label}"
             try:
-                self._tree(base, tree.top, since=cutoff, parts=tree.parts, limit=MAX_LOG_FILES)
+                directory_entries(tree.top, max_entries=1)
             except NotRead as exc:
-                self.bundle.skip(base, f"{exc.reason} (no CANN process logged as {tree.origin})" if exc.missing
-                                 else exc.reason)
+                self.bundle.skip(f"ascend-logs/{tree.label}", f"{exc.reason} (no CANN process logged as "
+                                 f"{tree.origin})" if exc.missing else exc.reason)
+                continue
+            for part in tree.parts or ("",):
+                choice = choose_part(tree, part, since=cutoff)
+                for what, why in choice.notes:
+                    self.bundle.skip(what, why)
+                for relative in choice.files:
+                    self._file(f"ascend-logs/{tree.label}/{printable(str(relative))}", tree.top / relative,
+                               owner=tree.owner)
 
     def _kernel(self) -> None:
         result = self.probe.run("journalctl", "--dmesg", "--since", _since_arg(self.request.since_s), "--no-pager",
@@ -354,9 +379,3 @@ class NodeCollector:
 
 def collect_node(settings: Settings, request: CollectRequest, progress: Progress | None = None) -> Bundle:
     return NodeCollector(settings, request, progress).collect()
-
-
-def _below(relative: PurePosixPath, parts: tuple[str, ...]) -> bool:
-    """Whether a file of a log tree lies in one of its parts (glob patterns of leading directories); () all."""
-    return not parts or any(fnmatch.fnmatchcase("/".join(relative.parts[:len(p.split("/"))]), p)
-                            and len(relative.parts) > len(p.split("/")) for p in parts)

@@ -22,11 +22,13 @@ MIN_SECRET_CHARS (6) is matched only as a token: not where a letter, digit or `_
 has one (`ab1` goes from `pass ab1.` and `"ab1"`, not from `cab1e`), since short runs of letters occur
 everywhere. A value that hides nothing, because anyone guesses it (GUESSABLE: a single character; 0, 1, true,
 false, yes, no, on, off, none, null, nil; token, key, auth, basic, such as a cluster's RAY_AUTH_MODE), is not
-replaced as free text; its named places below still mask it. A value over LONG_VALUE_CHARS (1 KiB) is looked
+replaced as free text; its named places below still mask it (null, true, false and None aside: there they say
+no secret is set). A value over LONG_VALUE_CHARS (1 KiB) is looked
 for raw and JSON-escaped only, and one over MAX_VALUE_CHARS (64 KiB: a file's content) not at all, so that no
 learned value makes the pattern huge.
 
-**By its shape**, whatever the value (npuops/support/secret_shapes.py); what names the secret stays, the secret
+**By its shape**, whatever the value (npuops/support/secret_shapes.py, XML and query strings in
+secret_markup.py); what names the secret stays, the secret
 becomes MARK:
 - PEM private keys: `-----BEGIN ... PRIVATE KEY-----` to its END, the whole body; a BEGIN without an END masks to
   the end (and `Redactor.stream` carries that into the next piece); an END without its BEGIN (a tail read cut it)
@@ -35,18 +37,45 @@ becomes MARK:
 - URL credentials `scheme://user:password@host` (the user stays);
 - a secret name's value (the names above, also HTTP headers, JSON/YAML/ini keys, query strings, camelCase):
   NAME=value, NAME="value with spaces", "NAME=value with spaces" (systemctl show's Environment=, several on a
-  line), export NAME=value, name: value (YAML: at a line's start the value runs to the line's end; `name: |` masks
-  the block under it), "name": "value" and 'name': 'value' (JSON, a Python dict's repr, also JSON-escaped any
-  number of times), name = value (ini: aws_secret_access_key), ?token=value&; `Authorization:` and
-  `Proxy-Authorization:` keep their scheme (Bearer, Basic, Token, ...) and lose the rest, `Cookie:`/`Set-Cookie:`
-  lose their whole value; an unquoted value after `:` that is null, true or false, or a `{`/`[` structure, stays,
-  and so does a word of prose (the, no, and, above, expired, ...) after `name: ` or `Name= ` inside a line
-  (systemd's "Failed to determine user credentials: No such process", "see LoadCredential= and ...");
+  line), export NAME=value, name: value (YAML: at a line's start the value runs to the line's end and on over
+  the lines indented under it, as PyYAML folds a long one; `name: |` masks the block under it; `name:` alone masks
+  the plain scalar or the list of scalars under it, not a mapping, whose keys decide), "name": "value" and
+  'name': 'value' (JSON, a Python dict's repr, also JSON-escaped any number of times), name = value (ini:
+  aws_secret_access_key; `name =` alone: its indented continuation lines), os.environ['NAME'] = value,
+  ?token=value&; a name and its value apart by Unicode blanks (no-break, ideographic) or a full-width colon or
+  equals sign (`API_KEY：x`), or by a line break before the `=` or `:` (`PASSWORD` / `=x`, as a wrapping tool
+  leaves it; not a heading's `===`); a list's items each (vLLM's `'api_key': ['k1', 'k2']`, its argparse
+  `Namespace(api_key=['k1'])`, YAML's `api-key: [k1, k2]`); a value at a line's start stops before a connection
+  string's next pair (`password=x;user=bob`; ODBC's `;Pwd=x` is a password, a bare PWD the working directory);
+  `Authorization:` and `Proxy-Authorization:` keep their scheme (Bearer, Basic, Token, ...) and lose the rest,
+  `Cookie:`/`Set-Cookie:` lose their whole value. What stays: null, true, false, None as the value (`:` or `=`:
+  they say no secret is set, api_key=None), a `{`/`[` structure after `:` (its keys are looked at one by one), a
+  shell variable as the whole value (`--api-key ${VLLM_API_KEY}`, `"$VLLM_API_KEY"`: where the secret is; not
+  ${NAME:-default}, not $lower), and a word of prose (the, no, and, above, expired, ...) after `name: ` or
+  `Name= ` inside a line (systemd's "Failed to determine user credentials: No such process", "see
+  LoadCredential= and ...");
+- code and commands that set a secret-named variable: `setenv`/`setdefault`/`putenv`-style calls
+  (`("HF_TOKEN", "x")` as a call's first two arguments), Windows' `setx NAME x`, fish's `set -gx NAME x`,
+  Dockerfile's `ENV NAME value` (`export`, `set NAME=x`, `$env:NAME = "x"`, `ARG NAME=x` are NAME=value);
+- XML: an element named as a secret (`<password>x</password>`, `<ns:ClientSecret>`, CDATA too), an entry whose
+  `key` or `name` attribute is a secret name (`<add key="ApiKey" value="x"/>`: its value attribute, else its text:
+  `<entry name="token">x</entry>`), Hadoop's `<name>...secret.key</name><value>x</value>`, a plist's
+  `<key>password</key><string>x</string>`;
+- a URL-encoded query inside a URL (`%3Fclient_secret%3Dx%26`, encoded up to 5 times: `%253D`), up to the `&` of
+  its own depth; a signed URL's signature and credential whatever the name says: `sig=` (Azure SAS), `Signature=`,
+  `X-Amz-Signature=`, `X-Amz-Credential=` (an access key id), `X-Goog-Signature=`, `AWSAccessKeyId=`; `code=` of
+  16+ characters (an OAuth code, an Azure Functions key; `code=200` is a status);
+- prose: `NAME is VALUE` / `NAME was [set to] VALUE` where NAME holds a strong secret word (password, passwd,
+  passphrase, secret, token, api key, access key, private key, credential) and is a secret name (`the API key
+  is`, `apikey is`, `DB_PASSWORD is now`; not `max tokens is`), VALUE one word of 6+ characters with a digit or
+  of 20+ (`the token is expired`, `is 32 bytes` stay);
 - a secret flag's argument (`--api-key`, `--token`, `--password`, `--hf-token`, `--redis-password`, any
   `--*-token`, `--*-password`, `--*-secret`, `--*-key`; not `--max-num-batched-tokens`, `--api-key-file`):
   `--flag X`, `--flag=X`, `--flag "X Y"`, `"--flag=X Y"`, `"--flag" "X"`, `"--flag", "X"` (argv lists),
   `--flag \\<newline> X`; whatever shell word follows the flag goes, its quoted parts glued together too
   (`'it'"'"'s'`; a flag that takes no value, such as a bare `--hf-token`, costs the next word);
+- a registry or cluster login's `-p X`, `-p=X`, `-pX` (on a line that runs a `login`: docker, podman, oc, az, cf,
+  helm registry), the word echoed into a `--password-stdin`, skopeo's `--creds user:password`;
 - `curl -u user:password` (and --user, --proxy-user), `mysql ... -pPASSWORD` (mysql's tools only: `-p` is a port
   or a path elsewhere), `sshpass -p X`, .netrc's `password X`;
 - `bearer X` or `Basic X` with no header (X: 8+ characters with a digit, a symbol or mixed case, or 20+: a word
@@ -73,8 +102,9 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 
 from npuops.envfile import env_assignments
+from npuops.support.secret_mask import MARK, is_variable_reference
 from npuops.support.secret_names import SECRET_NAME, is_secret_name
-from npuops.support.secret_shapes import MARK, redact_shapes
+from npuops.support.secret_shapes import redact_shapes
 
 __all__ = ["GUESSABLE", "MARK", "MIN_SECRET_CHARS", "PIECE_BYTES", "SECRET_NAME", "Redactor", "is_secret_name",
            "secret_values", "secrets_in_env_text", "secrets_in_json"]
@@ -165,7 +195,9 @@ def _name_value_secret(word: str) -> list[str]:
 
 
 def _secrets_in_argv(words: list[str]) -> list[str]:
-    """The arguments of secret flags (`--api-key X`, `--hf-token=X`) and secret NAME=VALUE words (`--env`)."""
+    """The arguments of secret flags (`--api-key X`, `--hf-token=X`) and secret NAME=VALUE words (`--env`); not
+    a shell variable (`--api-key ${VLLM_API_KEY}`: the shell or systemd puts the secret there, and the
+    variable's own value is learned from where it is set)."""
     found: list[str] = []
     for index, word in enumerate(words):
         found += _name_value_secret(word)
@@ -179,7 +211,7 @@ def _secrets_in_argv(words: list[str]) -> list[str]:
                 # (A flag that takes no value, as a bare --hf-token: the next flag is no secret to replace
                 # wherever it appears.)
                 found.append(words[index + 1])
-    return found
+    return [value for value in found if not is_variable_reference(value)]
 
 
 def _words(text: str) -> list[str]:

@@ -1,11 +1,13 @@
 """Text that has the shape of a secret, whatever its value, masked with MARK (pure).
 
-Each pass keeps what names the secret (a header, a key, a flag, a URL's user) and replaces the secret itself;
-the passes and the shapes they know are listed in npuops/support/redact.py's docstring. Every pattern is linear in
-its input: it starts where nothing of its own kind precedes it (a lookbehind), its repetitions are bounded or
-possessive, and where a value must be looked for further (a closing quote, a line's end), the text looked through
-is consumed, so no byte is scanned again and again (tests/collect/test_redact_corpus.py runs MiBs of `a`, `=`, `:`
-and the shapes' own openings through it).
+Each pass keeps what names the secret (a header, a key, a flag, a URL's user) and replaces the secret itself
+(how: npuops/support/secret_mask.py; XML and query strings: npuops/support/secret_markup.py); the passes and the
+shapes they know are listed in npuops/support/redact.py's docstring. Every pattern is linear in its input: it
+starts where nothing of its own kind precedes it (a lookbehind, put after the pattern's literal where it has one,
+so that the regex engine skips to that literal at once), its repetitions are bounded or possessive, and where a
+value must be looked for further (a closing quote, a line's end, the lines under a YAML key), the text looked
+through is consumed, so no byte is scanned again and again (tests/collect/test_redact_corpus.py runs MiBs of `a`,
+`=`, `:` and the shapes' own openings through it).
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ from __future__ import annotations
 import functools
 import re
 
+from npuops.support.secret_markup import query_values, xml_values
+from npuops.support.secret_mask import (
+    JSON_LITERAL,
+    MARK,
+    VARIABLE_REFERENCE,
+    end_of,
+    masked_group,
+    masked_inside_blanks,
+    masked_scalar,
+    needs_no_mask,
+    replace_groups,
+)
 from npuops.support.secret_names import is_authorization_name, is_cookie_name, is_secret_name
-
-MARK = "[REDACTED]"
 
 _PEM = re.compile(r"-----(BEGIN|END) [ A-Z0-9]{0,40}?PRIVATE KEY(?: BLOCK)?-----")
 # What a PEM body (base64 lines, also with JSON's `\n` escapes) is made of, walked back from an END whose BEGIN
@@ -33,47 +45,70 @@ _JSON_ENTRY = re.compile(r'("(?:[^"\\\n]|\\.)*+"[ \t\r\n]*:[ \t\r\n]*")((?:[^"\\
 # scheme://user:password@host (an env file's URL, a log, pip freeze's VCS URLs): the password goes, the user stays.
 _URL_CREDENTIALS = re.compile(r"://[^\s/?#@:'\"<>\\]{0,256}+:([^\s/?#'\"<>\\]{1,1024})@")
 
-# NAME=value, name: value, "name": "value", 'name': 'value', \"name\": \"value\", name = value (ini): the name
-# decides (npuops/support/secret_names.py), the value is found after it.
+# The blanks and separators between a name and its value: also the no-break and ideographic spaces and the
+# full-width colon and equals sign of text pasted from a web page or typed with a CJK input method.
+_BLANK = "[ \t\u00a0\u2000-\u200a\u202f\u205f\u3000]"
+_SEPARATOR_CHARS = str.maketrans({"\uff1a": ":", "\uff1d": "="})
+# NAME=value, name: value, "name": "value", 'name': 'value', \"name\": \"value\", name = value (ini),
+# os.environ['NAME'] = value, NAME and =value split over two lines by a wrapping tool (not a heading's `===`):
+# the name decides (npuops/support/secret_names.py), the value is found after it.
 _NAMED = re.compile(
     r"(?P<bol>^[ \t]{0,32}(?:export[ \t]{1,8}|-[ \t]{1,8})?)?(?P<open>(?<!\\)\\{0,64}[\"']|)"
-    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}+)(?P<close>(?P=open)|)"
-    r"(?P<sep>[ \t]{0,8}[:=][ \t]{0,8})", re.M)
+    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}+)(?P<close>(?P=open)|)(?:\](?<=[\"']\]))?"
+    rf"(?P<sep>{_BLANK}{{0,8}}[:=\uff1a\uff1d]{_BLANK}{{0,8}}|[ \t]{{0,8}}\r?\n[ \t]{{0,8}}[:=](?![:=\-])[ \t]{{0,8}})",
+    re.M)
 # --api-key X, --hf-token=X, "--redis-password=X Y", ["--api-key", "X"], "--token" "X", --token \<newline> X:
 # the flag's name decides.
 _FLAG = re.compile(r"(?P<open>(?<!\\)\\{0,64}[\"']|)(?<![A-Za-z0-9_\-])--(?P<name>[A-Za-z0-9][A-Za-z0-9_\-]{0,63}+)"
-                   r"(?P<close>(?P=open)|)(?P<sep>=|[ \t]{0,8}\\\r?\n[ \t]{0,64}|[ \t]{1,8}|[ \t]{0,8},[ \t]{0,8})")
+                   r"(?P<close>(?P=open)|)(?P<sep>=|[ \t]{0,8}\\\r?\n[ \t]{0,64}|"
+                   rf"{_BLANK}{{1,8}}|[ \t]{{0,8}},[ \t]{{0,8}})")
 # A quoted value's opening: a quote after 0..64 backslashes (inside a JSON string escaped that many times), or a
 # Python bytes or raw string's (b'...').
 _QUOTE_OPEN = re.compile(r"(?:[bBrRuU]{1,2}(?=[\"']))?\\{0,64}[\"']")
 _UNQUOTED = re.compile(r"[^\s\"'&,;<>(){}\[\]|\\`]*+")
 _REST_OF_LINE = re.compile(r"[^\n]*+")
+_BLANK_REST_OF_LINE = re.compile(r"[ \t]*+\r?+(?:\n|\Z)")
 _SHELL_SINGLE_QUOTED = re.compile(r"[^'\n]*+")
 # A shell word (and a systemd env value): quoted and unquoted parts glued together, 'it'"'"'s' or a\ b'c d'.
 _SHELL_WORD = re.compile(r"(?:'[^'\n]*+'|\"(?:[^\"\\\n]|\\.)*+\"|\\.|[^\s'\"\\])++")
-# A list of strings only (JSON, a Python repr): ["a", 'b'].
-_STRING_LIST = re.compile(r"""\[[ \t]*+(?:(?:'(?:[^'\\\n]|\\.)*+'|"(?:[^"\\\n]|\\.)*+")[ \t]*+,?+[ \t]*+)++\]""")
-_JSON_LITERAL = re.compile(r"(?:null|true|false|None|True|False|~)(?![^\s,;})\]])")
+# A list of strings and plain scalars (JSON, a Python repr, YAML's flow style: a plain one may hold blanks and
+# quotes): ["a", 'b'], [a b, c]; an item already masked stays one.
+_LIST_ITEM = re.compile(r"""\[REDACTED\]|'(?:[^'\\\n]|\\.)*+'|"(?:[^"\\\n]|\\.)*+"|[^\s,\[\]{}'"#][^,\[\]{}\n]*+""")
+_LIST = re.compile(rf"\[[^\S\n]*+(?:(?:{_LIST_ITEM.pattern})[^\S\n]*+,?+[^\S\n]*+)++\]")
+# After `=`, a literal that says no secret is set (an argparse Namespace's api_key=None, an env file's
+# HF_TOKEN=false); followed by more words it is a value's first word.
+_EQ_LITERAL = re.compile(r"(?:None|True|False|null|true|false)(?=[,;&)\]}]|[ \t]*+(?:\r?\n|\Z))")
+# The next pair of a connection string (password=x;user=bob): a value at a line's start stops before it.
+_NEXT_PAIR = re.compile(r";[ \t]{0,8}[A-Za-z_][A-Za-z0-9_ .\-]{0,63}+=")
+# A connection string's PWD (ODBC: Uid=bob;Pwd=x); a bare PWD elsewhere is the shell's working directory.
+_AFTER_PAIR = re.compile(r";[ \t]{0,8}\Z")
+# A YAML mapping entry, or an assignment (not a base64 value's trailing `=`), at the start of a line's content.
+_ENTRY_LINE = re.compile(r"""(?:"[^"\n]{0,256}+"|'[^'\n]{0,256}+'|[^\s:=#'"][^\s:=]{0,255}+)[ \t]*+"""
+                         r"(?::(?:[ \t]|$)|(?P<assignment>=[^=\s]))")
 _YAML_BLOCK = re.compile(r"(?:![^\s]{1,64}[ \t]+)?[|>][-+0-9]{0,3}[ \t]*\r?$", re.M)
 # Words that go on a sentence, not a secret: after `name: ` or `Name= ` inside a line of prose ("Failed to
 # determine user credentials: No such process", "see LoadCredential= and SetCredential= above").
-_PROSE = re.compile(r"(?i)(?:the|an|and|or|is|are|was|were|be|been|not|no|none|missing|invalid|expired|required|"
-                    r"empty|unset|given|provided|see|above|below|for|to|of|in|on|at|with|from|by|as|if|then|must|"
-                    r"should|can|will|such|this|that|it)(?=[.,;:!?)\"']*+(?:\s|$))")
+_PROSE_WORDS = (r"(?:the|an|and|or|is|are|was|were|be|been|not|no|none|missing|invalid|expired|required|empty|"
+                r"unset|given|provided|see|above|below|for|to|of|in|on|at|with|from|by|as|if|then|must|should|can|"
+                r"will|such|this|that|it)(?=[.,;:!?)\"']*+(?:\s|$))")
+_PROSE = re.compile(rf"(?i:{_PROSE_WORDS})")
 _SCHEME = re.compile(r"(?i)(?:bearer|basic|token|digest|negotiate|ntlm|apikey|api-key|hmac|aws4-hmac-sha256|"
                      r"sso-key)[ \t]+")
 
 # Credentials of a command line whose tool takes them in its own way.
-_USER_PASSWORD = re.compile(r"(?<![A-Za-z0-9_\-])(?:-u|-U|--user|--proxy-user)(?:[ \t]{1,8}|=)"
+# (Each of these starts with its literal and looks behind it after: the regex engine skips to the literal at once.)
+_USER_PASSWORD = re.compile(r"-(?<![A-Za-z0-9_\-]-)(?:u|U|-user|-proxy-user)(?:[ \t]{1,8}|=)"
                             r"(?:\"[^\s:\"@]{0,256}+:([^\"\n]++)|'[^\s:'@]{0,256}+:([^'\n]++)"
                             r"|[^\s:\"'@]{0,256}+:([^\s\"']++))")
 _ATTACHED_VALUE = r"(?:'([^'\n]++)'|\"([^\"\n]++)\"|(\S++))"
-# A line that runs one of mysql's tools, from the tool's name on (found once per line: linear), and its -pVALUE.
-_MYSQL_LINE = re.compile(r"(?m)^[^\n]*?(?<![A-Za-z0-9_.\-/])(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|"
-                         r"mysqlshow|mariadb|mariadb-dump)\b([^\n]*+)")
+# One of mysql's tools and the rest of its line (consumed: linear), and its -pVALUE there.
+_MYSQL_LINE = re.compile(r"m(?<![A-Za-z0-9_.\-/]m)(?:ysql|ysqldump|ysqladmin|ysqlimport|ysqlcheck|ysqlshow|ariadb|"
+                         r"ariadb-dump)\b([^\n]*+)")
 _MYSQL_PASSWORD = re.compile(r"(?<=[ \t])-p" + _ATTACHED_VALUE)
-_SSHPASS = re.compile(r"(?<![A-Za-z0-9_.\-/])sshpass[ \t]{1,8}-p[ \t]{0,8}" + _ATTACHED_VALUE)
-_NETRC = re.compile(r"(?m)^[ \t]{0,32}(?:(?:machine|default|login)\b[^\n]{0,512}?[ \t])?password[ \t]{1,8}(\S++)")
+_SSHPASS = re.compile(r"sshpass(?<![A-Za-z0-9_.\-/]sshpass)[ \t]{1,8}-p[ \t]{0,8}" + _ATTACHED_VALUE)
+# .netrc's `password X` (not `password is X`, `password = X`: prose and ini, found by their own shapes).
+_NETRC = re.compile(r"(?m)^[ \t]{0,32}(?:(?:machine|default|login)\b[^\n]{0,512}?[ \t])?password[ \t]{1,8}"
+                    rf"(?![=:](?:\s|$)|(?i:{_PROSE_WORDS}))(\S++)")
 # A bearer or basic credential without its header (a client's log, an error message). A word of prose after
 # "bearer" is no credential: the credential has 8+ characters with a digit, a symbol or mixed case, or 20+.
 _BARE_CREDENTIAL = re.compile(
@@ -93,6 +128,31 @@ _PREFIXED_TOKEN = re.compile(
     r"|eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]*+"
     r"|LS0tLS1CRUdJTi[A-Za-z0-9+/]{16,}+={0,2})")
 
+# docker/podman/oc/az/cf ... login's -p X, -p=X, -pX (found on a line that runs a login, from `login` on).
+_LOGIN_LINE = re.compile(r"login(?<![A-Za-z0-9_.\-/]login)\b([^\n]*+)")
+# (The password a whole shell word: 'it'"'"'s' as shlex.quote writes it.)
+_LOGIN_PASSWORD = re.compile(r"(?<=[ \t])-p(?:[ \t]{1,8}|=)?(?P<value>" + _SHELL_WORD.pattern + ")")
+_ECHO_TO_STDIN = re.compile(r"echo(?<![A-Za-z0-9_.\-/]echo)[ \t]{1,8}(?:-[neE]{1,3}[ \t]{1,8})?(?P<value>"
+                            + _SHELL_WORD.pattern + r")[ \t]{0,8}\|[^\n|]{0,256}?--password-stdin")
+# A secret-named variable set by a command word: Windows' `setx NAME value`, fish's `set -gx NAME value`;
+# Dockerfile's `ENV NAME value` (the value is the rest of the line).
+_SET_COMMAND = re.compile(
+    r"set(?<![A-Za-z0-9_.\-$]set)(?:x|(?:[ \t]{1,8}-[A-Za-z]{1,4}){1,3})[ \t]{1,8}"
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127}+)[ \t]{1,8}(?P<value>"(?:[^"\\\n]|\\.)*+"|'[^'\n]*+'|\S++)""")
+_DOCKERFILE_ENV = re.compile(r"(?m)^[ \t]{0,32}ENV[ \t]{1,8}(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127}+)[ \t]{1,8}"
+                             r"(?P<value>[^\n]*+)")
+# A secret name and its value as a call's first two arguments: os.environ.setdefault("HF_TOKEN", "x"),
+# monkeypatch.setenv, PowerShell's SetEnvironmentVariable('HF_TOKEN', 'x', 'User').
+_CALL_PAIR = re.compile(r"""\([ \t]{0,8}(?P<q>["'])(?P<name>[A-Za-z0-9_.\-]{1,128}+)(?P=q)[ \t]{0,8},[ \t]{0,8}"""
+                        r"""(?P<v>["'])(?P<value>(?:(?!(?P=v))[^\\\n]|\\.)*+)(?P=v)""")
+# Prose: a strong secret word, "is" or "was", a value of 6+ characters with a digit or of 20+ ("the apikey is
+# x9...", "password is hunter2."); a word of prose after it (the token is expired) is none.
+_PROSE_VALUE = re.compile(r"(?:is|was)[ \t]{1,8}(?:(?:now|still|set[ \t]{1,8}to)[ \t]{1,8})?[\"'`]?+"
+                          r"(?P<value>(?=[^\s\"'`]{0,64}?\d|[^\s\"'`]{20})[^\s\"'`]{6,}+)")
+_PROSE_NAME = re.compile(r"(?i)(?:^|(?<=[\s\"'`(]))(?:(?:api|access|secret|private)[ \t])?[\w.\-]{1,64}[ \t]{1,8}\Z")
+_STRONG_SECRET_WORD = re.compile(r"(?i)pass(?:word|wd|phrase)|secret|token|api[ _\-]?key|access[ _\-]key|"
+                                 r"private[ _\-]key|credential")
+
 
 def redact_shapes(text: str, in_pem_block: bool = False) -> tuple[str, bool]:
     """`text` with every secret shape masked; and whether it ends inside a PEM private-key block (the next piece
@@ -100,28 +160,51 @@ def redact_shapes(text: str, in_pem_block: bool = False) -> tuple[str, bool]:
     text, in_pem_block = _pem_blocks(text, in_pem_block)
     if _K8S_SECRET.search(text):
         text = _kubernetes_secret_data(text)
-    text = _replace_groups(_URL_CREDENTIALS, text)
+    text = replace_groups(_URL_CREDENTIALS, text)
+    text = query_values(xml_values(text))
     text = _named_values(text, _NAMED)
     text = _named_values(text, _FLAG)
+    text = _CALL_PAIR.sub(_call_value, text)
+    text = _SET_COMMAND.sub(_set_command_value, text)
+    if "ENV" in text:
+        text = _DOCKERFILE_ENV.sub(_set_command_value, text)
     text = _MYSQL_LINE.sub(lambda line: line.group(0)[:line.start(1) - line.start()]
-                           + _replace_groups(_MYSQL_PASSWORD, line.group(1)), text)
+                           + replace_groups(_MYSQL_PASSWORD, line.group(1)), text)
+    text = _LOGIN_LINE.sub(lambda line: line.group(0)[:line.start(1) - line.start()] + _LOGIN_PASSWORD.sub(
+        lambda password: masked_group(password, "value"), line.group(1)), text)
+    text = _ECHO_TO_STDIN.sub(lambda echo: masked_group(echo, "value"), text)
+    text = _PROSE_VALUE.sub(_prose_value, text)
     for pattern in (_USER_PASSWORD, _SSHPASS, _NETRC, _BARE_CREDENTIAL):
-        text = _replace_groups(pattern, text)
+        text = replace_groups(pattern, text)
     return _PREFIXED_TOKEN.sub(MARK, text), in_pem_block
 
 
-def _replace_groups(pattern: re.Pattern[str], text: str) -> str:
-    """Every match with the group that matched last (the value, of the alternatives that matched) replaced by
-    MARK."""
-    def replace(match: re.Match[str]) -> str:
-        group = match.lastindex or 0
-        start, end = match.span(group)
-        if match.group(group).startswith(MARK):
-            return match.group(0)
-        base = match.start()
-        return match.group(0)[:start - base] + MARK + match.group(0)[end - base:]
+def _call_value(match: re.Match[str]) -> str:
+    return masked_group(match, "value") if is_secret_name(match.group("name")) else match.group(0)
 
-    return pattern.sub(replace, text)
+
+def _set_command_value(match: re.Match[str]) -> str:
+    if not is_secret_name(match.group("name")):
+        return match.group(0)
+    if match.re is _SET_COMMAND:
+        return masked_group(match, "value")
+    # Dockerfile's ENV NAME value: the value is the rest of the line.
+    return masked_inside_blanks(match, "value")
+
+
+def _prose_value(match: re.Match[str]) -> str:
+    """`NAME is VALUE` where NAME is a strong secret word and a secret name (the API key, apikey, DB_PASSWORD;
+    not max tokens): VALUE masked, the sentence's punctuation after it kept."""
+    before = match.string[max(0, match.start() - 80):match.start()]
+    name = _PROSE_NAME.search(before)  # (None unless a blank is before the verb: not "this 123456")
+    words = name.group().strip().replace(" ", "_").replace("\t", "_") if name else ""
+    if not (words and _STRONG_SECRET_WORD.search(words) and is_secret_name(words)):
+        return match.group(0)
+    value = match.group("value")
+    kept = len(value) - len(value.rstrip(".,;:!?)"))
+    if needs_no_mask(value[:len(value) - kept]):
+        return match.group(0)
+    return match.group(0)[:match.start("value") - match.start()] + MARK + value[len(value) - kept:]
 
 
 # --- PEM private keys ------------------------------------------------------------------------------------------
@@ -192,6 +275,10 @@ def _kubernetes_secret_data(text: str) -> str:
 
 
 # --- named values and flags ------------------------------------------------------------------------------------
+# (start, end, where to look on, what replaces text[start:end]) of a secret value.
+_Span = tuple[int, int, int, str]
+
+
 def _named_values(text: str, pattern: re.Pattern[str]) -> str:
     """The value after every secret name (or flag) that `pattern` finds, masked; a name that marks nothing
     secret consumes only itself, so a secret name inside its value is still found (FOO=BAR_TOKEN=x)."""
@@ -201,21 +288,30 @@ def _named_values(text: str, pattern: re.Pattern[str]) -> str:
         match = pattern.search(text, pos)
         if match is None:
             break
-        span = _secret_value_span(text, match) if is_secret_name(match.group("name")) else None
+        span = _secret_value_span(text, match) if _names_a_secret(text, match) else None
         if span is None:
             pos = match.end()
             continue
-        start, end, resume = span
-        out += [text[last:start], MARK]
+        start, end, resume, replacement = span
+        out += [text[last:start], replacement]
         last = end
         pos = max(resume, match.end())
     out.append(text[last:])
     return "".join(out)
 
 
-def _secret_value_span(text: str, match: re.Match[str]) -> tuple[int, int, int] | None:
-    """(start, end, where to look on) of the secret value after `match`'s name, or None where there is none."""
-    name, opener, sep = match.group("name"), match.group("open"), match.group("sep")
+def _names_a_secret(text: str, match: re.Match[str]) -> bool:
+    name = match.group("name")
+    if is_secret_name(name):
+        return True
+    start = match.start("name")
+    return name.upper() == "PWD" and _AFTER_PAIR.search(text, max(0, start - 9), start) is not None
+
+
+def _secret_value_span(text: str, match: re.Match[str]) -> _Span | None:
+    """Where the secret value after `match`'s name is and what replaces it, or None where there is none."""
+    name, opener = match.group("name"), match.group("open")
+    sep = "".join(" " if c.isspace() else c for c in match.group("sep").translate(_SEPARATOR_CHARS))
     at_line_start = match.groupdict().get("bol") is not None and not opener
     # A shell's or systemd's word: quoted parts may be glued together (not JSON's, YAML's, an argv list's).
     shell_like = "=" in sep or (match.re is _FLAG and "," not in sep)
@@ -224,49 +320,133 @@ def _secret_value_span(text: str, match: re.Match[str]) -> tuple[int, int, int] 
     if opener and not match.group("close"):
         # "NAME=value with spaces", "Authorization: Bearer x": the quote before the name closes the value.
         end = resume = _closing_quote(text, start, opener)
-    elif quote := _QUOTE_OPEN.match(text, start):
-        mark = quote.group().lstrip("bBrRuU")
-        # In a shell's single quotes a backslash is a character like any other.
-        end = resume = (_end_of(_SHELL_SINGLE_QUOTED, text, quote.end()) if shell_like and mark == "'"
-                        else _closing_quote(text, quote.end(), mark))
-        glued = (_glued_word_end(text, start, end + 1) if shell_like and mark in "'\"" and text.startswith(mark, end)
-                 else end)
-        # One quoted part: inside its quotes; parts glued together ('it'"'"'s'): the whole word.
-        start, end = (quote.end(), end) if glued <= end + 1 else (start, glued)
-        resume = max(resume, end)
-    elif ":" in sep and not header and (strings := _STRING_LIST.match(text, start)):
-        # vLLM's "non-default args: {..., 'api_key': ['sk-...'], ...}": the strings of the list.
-        return start + 1, strings.end() - 1, strings.end()
-    elif text.startswith(MARK, start) or (":" in sep and not header and (text.startswith(("{", "["), start)
-                                                                         or _JSON_LITERAL.match(text, start))):
-        return None  # done already; a structure whose keys are looked at one by one; null, true, false
+    elif _QUOTE_OPEN.match(text, start):
+        start, end, resume = _quoted_value(text, start, shell_like)
+    elif not header and (items := _LIST.match(text, start)):
+        # vLLM's "non-default args: {..., 'api_key': ['sk-...'], ...}", its Namespace(api_key=['k1', 'k2']),
+        # vllm.yaml's api-key: [k1, k2]: each item of the list.
+        return start, items.end(), items.end(), _LIST_ITEM.sub(lambda item: masked_scalar(item.group()), items.group())
+    elif _says_no_secret(text, start, sep, header) or _is_reference(text, start, at_line_start or header):
+        return None
     elif not at_line_start and not opener and not header and _is_prose(text, start, sep):
         return None  # "Failed to determine user credentials: No such process" (systemd), "per token: the ..."
     elif at_line_start and (block := _YAML_BLOCK.match(text, start)):
-        return _yaml_block_span(text, len(match.group("bol")), block.end())
+        span = _yaml_block_span(text, len(match.group("bol")), block.end())
+        return None if span is None else (*span, MARK)
+    elif at_line_start and _BLANK_REST_OF_LINE.match(text, start):
+        return _value_below(text, len(match.group("bol")), start, ":" in sep)
     elif at_line_start or header:
-        end = resume = _end_of(_REST_OF_LINE, text, start)
+        end = resume = end_of(_REST_OF_LINE, text, start)
         while end > start and text[end - 1] in " \t\r":
             end -= 1
+        if not header and (pair := _NEXT_PAIR.search(text, start, end)):
+            end = resume = pair.start()  # password=x;user=bob: a connection string's next pair
     else:
-        end = resume = _end_of(_UNQUOTED, text, start)
+        end = resume = end_of(_UNQUOTED, text, start)
         if shell_like:
             end = resume = _glued_word_end(text, start, end)
     if is_authorization_name(name):
         scheme = _SCHEME.match(text, start, end)
         start = scheme.end() if scheme else start
-    if end <= start or text.startswith(MARK, start):
+    if end <= start or text.startswith(MARK, start) or VARIABLE_REFERENCE.fullmatch(text, start, end):
         return None
-    return start, end, resume
+    if at_line_start and ":" in sep and _BLANK_REST_OF_LINE.match(text, end):
+        # A YAML value that runs on over the lines under it (PyYAML folds a long one, plain or double-quoted).
+        below = _value_below(text, len(match.group("bol")), end, True, continuation=True)
+        if below is not None:
+            return start, below[1], below[2], MARK + text[end:below[0]] + below[3]
+    return start, end, resume, MARK
+
+
+def _quoted_value(text: str, start: int, shell_like: bool) -> tuple[int, int, int]:
+    """(start, end, where to look on) of the quoted value at `start`: inside its quotes, or the whole shell word
+    where quoted parts are glued together."""
+    quote = _QUOTE_OPEN.match(text, start)
+    assert quote is not None
+    mark = quote.group().lstrip("bBrRuU")
+    # In a shell's single quotes a backslash is a character like any other.
+    end = resume = (end_of(_SHELL_SINGLE_QUOTED, text, quote.end()) if shell_like and mark == "'"
+                    else _closing_quote(text, quote.end(), mark))
+    glued = (_glued_word_end(text, start, end + 1) if shell_like and mark in "'\"" and text.startswith(mark, end)
+             else end)
+    # One quoted part: inside its quotes; parts glued together ('it'"'"'s'): the whole word.
+    start, end = (quote.end(), end) if glued <= end + 1 else (start, glued)
+    return start, end, max(resume, end)
+
+
+def _says_no_secret(text: str, start: int, sep: str, header: bool) -> bool:
+    """Whether the value at `start` is masked already, or says no secret is set: null, true, false, None; after
+    `:` a structure whose keys are looked at one by one ({...}, [...] that is no list of scalars)."""
+    if text.startswith(MARK, start):
+        return True
+    if header:
+        return False
+    if ":" in sep:
+        return text.startswith(("{", "["), start) or JSON_LITERAL.match(text, start) is not None
+    return _EQ_LITERAL.match(text, start) is not None
+
+
+def _is_reference(text: str, start: int, to_line_end: bool) -> bool:
+    """Whether the unquoted value at `start` is a shell variable and nothing more (${VLLM_API_KEY})."""
+    reference = VARIABLE_REFERENCE.match(text, start)
+    if reference is None:
+        return False
+    if to_line_end:
+        return _BLANK_REST_OF_LINE.match(text, reference.end()) is not None
+    return end_of(_UNQUOTED, text, reference.end()) == reference.end()
+
+
+def _value_below(text: str, indent: int, start: int, yaml: bool, continuation: bool = False) -> _Span | None:
+    """`name:` or `name =` that ends its line (at `start`), its value on the lines under it indented deeper: a
+    YAML plain scalar (over one line or several) or a list of scalars (`- x`, also at the key's indent), an ini
+    value's continuation lines; or (`continuation`) the rest of a value begun on the name's line. Each is masked;
+    a mapping under the name is left to its own keys."""
+    out: list[str] = []
+    skipped: list[str] = []  # blank and comment lines, kept if a line of the value follows them
+    kind = ""  # "item" or "scalar": what the first line of the value is
+    first = end = pos = text.find("\n", start) + 1
+    while 0 < pos < len(text):
+        line_end = text.find("\n", pos)
+        line_end = len(text) if line_end < 0 else line_end
+        line = text[pos:line_end]
+        pos = line_end + 1
+        body = line.strip(" \t\r")
+        if not body or (body.startswith("#") and not continuation):
+            skipped.append(line)
+            continue
+        depth = len(line) - len(line.lstrip(" \t"))
+        line_kind = "item" if body.startswith("- ") or body == "-" else "scalar"
+        if continuation:
+            # Every line indented deeper is the value's (a quoted scalar's lines hold anything; a mapping or a
+            # list there would make the YAML invalid).
+            if depth <= indent:
+                break
+            line_kind, value = "scalar", body
+        else:
+            if depth < indent or (depth == indent and line_kind != "item") or kind not in ("", line_kind):
+                break
+            value = body[1:].lstrip(" \t") if line_kind == "item" else body
+            entry = _ENTRY_LINE.match(value)
+            if (entry and not (yaml and entry.group("assignment"))) or value.startswith(("{", "[")):
+                break  # a mapping, or a list of mappings or lists: their keys decide
+        kind = line_kind
+        value_end = len(line.rstrip(" \t\r"))
+        out += [*skipped, line[:value_end - len(value)] + masked_scalar(value) + line[value_end:]]
+        skipped = []
+        end = line_end
+    if not kind:
+        return None
+    return first, end, end, "\n".join(out)
 
 
 @functools.lru_cache(maxsize=130)
 def _closing_pattern(opener: str) -> re.Pattern[str]:
     """The quote that closes a value opened with `opener` (a quote after 0..64 backslashes: a value inside a JSON
-    string escaped that many times): the same quote after exactly as many backslashes."""
+    string escaped that many times): the same quote after exactly as many backslashes. Inside single quotes, two
+    of them are one (YAML's and SQL's 'it''s'; Python's repr writes 'it\\'s')."""
     quote, escapes = opener[-1], len(opener) - 1
     if escapes == 0:
-        return re.compile(rf"(?:[^{quote}\\\n]++|\\.)*+")
+        return re.compile(rf"(?:[^{quote}\\\n]++|\\.|'')*+" if quote == "'" else rf"(?:[^{quote}\\\n]++|\\.)*+")
     return re.compile(rf"[^\n]*?(?<!\\)(?=\\{{{escapes}}}{quote})")
 
 
@@ -275,7 +455,7 @@ def _closing_quote(text: str, start: int, opener: str) -> int:
     found = _closing_pattern(opener).match(text, start)
     if found is not None and (len(opener) > 1 or text.startswith(opener[-1], found.end())):
         return found.end()
-    return _end_of(_REST_OF_LINE, text, start)
+    return end_of(_REST_OF_LINE, text, start)
 
 
 def _is_prose(text: str, start: int, sep: str) -> bool:
@@ -285,21 +465,16 @@ def _is_prose(text: str, start: int, sep: str) -> bool:
     return (":" in sep or (sep.startswith("=") and sep != "=")) and _PROSE.match(text, start) is not None
 
 
-def _end_of(pattern: re.Pattern[str], text: str, start: int) -> int:
-    """Where `pattern` (one that matches the empty string too) ends from `start`."""
-    found = pattern.match(text, start)
-    return found.end() if found else start
-
-
 def _glued_word_end(text: str, start: int, end: int) -> int:
-    """`end`, or where the shell word from `start` ends if a quoted part is glued on at `end` (a secret that
-    holds a quote, as a shell or systemd quotes it: 'it'"'"'s', ab'c d'); an unterminated quote: the line's end."""
-    if end >= len(text) or text[end] not in "'\"\\":
+    """`end`, or where the shell word from `start` ends if a part is glued on at `end`: a quoted one (a secret
+    that holds a quote, as a shell or systemd quotes it: 'it'"'"'s', ab'c d'), or an unquoted one after a quoted
+    ("ab"cd, ""0000); an unterminated quote: the line's end."""
+    if end >= len(text) or (text[end] not in "'\"\\" and end_of(_UNQUOTED, text, end) == end):
         return end
     word_end = _SHELL_WORD.match(text, start)
     stop = word_end.end() if word_end else start
     if stop < len(text) and text[stop] in "'\"":
-        return _end_of(_REST_OF_LINE, text, stop)
+        return end_of(_REST_OF_LINE, text, stop)
     return max(end, stop)
 
 

@@ -23,20 +23,23 @@ def test_a_nodes_bundle_holds_its_logs_and_no_key(tmp_path: Path) -> None:
     record = make_record(state, "demo", manager="foreground")
     write_record(record)
     record.env_file.write_text(f'VLLM_API_KEY="{key}"\nHF_HUB_OFFLINE="1"\n')
+    # A foreground run logs where its status directory (the instance's) is (elsewhere: test_collect_log_trees.py).
+    moved = state / "demo" / "vllm-ascend"
     record.config_file.write_text('model: "/models/tiny"\nadditional-config: '
-                                  '"{\\"ascend_log_path\\": \\"/var/log/vllm-ascend-demo\\"}"\n')
+                                  f'"{{\\"ascend_log_path\\": \\"{moved}\\"}}"\n')
     Path(record.status_file).parent.mkdir(parents=True, exist_ok=True)
     Path(record.status_file).write_text(json.dumps({"supervisor_pid": 1, "stage": "healthy"}))
     record.engine_log.write_text(f"INFO a request with the key {key}\n")
     logs = {
         "root/ascend/log/debug/plog/plog-1_1.log": f"[ERROR] HCCL(1) bare key {key}\n",
         "root/ascend/log/vllm_ascend/vllm_ascend.log": "INFO vllm-ascend's own log\n",
-        "var/log/vllm-ascend-demo/vllm_ascend_001.log": f"INFO moved log, key={key}\n",
         "root/ascend/log/debug/plog/old.log": "too old\n",
     }
     for path, text in logs.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
+    moved.mkdir()
+    (moved / "vllm_ascend_001.log").write_text(f"INFO moved log, key={key}\n")
     old = time.time() - 3 * 3600
     os.utime(root / "root/ascend/log/debug/plog/old.log", (old, old))
 

@@ -110,8 +110,38 @@ def test_force_replaces_the_entry_itself_never_what_a_link_names(tmp_path: Path,
 
 
 def test_a_device_or_a_directory_is_never_replaced_even_with_force(tmp_path: Path) -> None:
-    for path in (Path("/dev/null"), tmp_path):
+    (tmp_path / "dir").mkdir()
+    for path in (tmp_path / "dir", Path("/dev/null"), Path("/dev/stdout"), Path("/run/npuops-bundle.tar.gz"),
+                 Path("/dev/shm/npuops-bundle.tar.gz"), Path("/proc/self/fd/1")):
         with pytest.raises(BadInputError) as refused:
             check_destination(path, force=True)
-        assert "never replaces" in refused.value.problem
+        # --force cannot help, so it is not suggested.
+        assert "--force" not in refused.value.fix and "--output" in refused.value.fix, path
+    assert not Path("/run/npuops-bundle.tar.gz").exists()
     check_destination(tmp_path / "new" / "bundle.tar.gz", force=False)  # a new file in a new directory is fine
+
+
+@pytest.mark.parametrize("names", ["/proc/self/fd/1", "/dev/null", "dir", "nothing", "loop", "/dev/shm"])
+def test_a_link_to_anything_but_a_file_is_never_replaced_even_with_force(tmp_path: Path, names: str) -> None:
+    """`--output /dev/stdout --force` turned the link into a file; a link in any directory to a pipe, a device or a
+    directory is refused whatever --force says, and stays a link."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    link = tmp_path / "out.tar.gz"
+    link.symlink_to(names if names.startswith("/") else tmp_path / names)
+    before = os.readlink(link)
+    bundle = Bundle(Redactor())
+    bundle.add("a.txt", b"new", "test")
+    with pytest.raises(BadInputError) as refused:
+        bundle.write(link, force=True)
+    assert "never replaces" in refused.value.problem and "--force" not in refused.value.fix
+    assert os.readlink(link) == before
+
+
+def test_collect_through_a_link_to_its_own_stdout_is_refused_before_collecting(tmp_path: Path) -> None:
+    link = tmp_path / "stdout.tar.gz"
+    link.symlink_to("/proc/self/fd/1")
+    done, mark = _run_collect(tmp_path, "--output", str(link), "--force")
+    line = _refused(done, mark)
+    assert "a link to" in line and "--force" not in line.split("fix:")[1]
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"

@@ -18,11 +18,12 @@ from npuops.errors import MeasurementError
 from npuops.instance.record import write_record
 from npuops.safefiles import ConfinedPath
 from npuops.support.profile import summarize_traces, trace_files
+from npuops.support.trace_stream import TraceBudget
 from tests.support.http_server import start_server, stop_server
 from tests.support.instance_records import make_record
 from tests.support.npuops_cli import npuops_argv
 
-HUGE = 2**20  # the most JSON a trace may hold in these tests (MAX_TRACE_BYTES in npuops)
+HUGE = 2**20  # the most JSON the traces may hold in these tests (MAX_SUMMARY_BYTES in npuops)
 
 
 def op(name: str, ts: float, dur: float) -> dict[str, object]:
@@ -61,7 +62,7 @@ def test_each_unreadable_trace_is_left_out_with_why_and_the_rest_summarized(tmp_
     assert sorted(str(f.relative) for f in found) == ["cut.pt.trace.json.gz", "deep.pt.trace.json",
                                                       "huge.pt.trace.json", "notjson.pt.trace.json",
                                                       "w0/rank0.pt.trace.json.gz"]
-    run = summarize_traces(found, directory, out, max_trace_bytes=HUGE)
+    run = summarize_traces(found, directory, out, budget=TraceBudget.of(max_bytes=HUGE))
     assert run.summary is not None and [o.name for o in run.summary.operators] == ["aten::addmm"]
     why = dict(run.skipped)
     assert "not a whole gzip file" in why["cut.pt.trace.json.gz"]
@@ -76,7 +77,8 @@ def test_no_readable_trace_is_one_measurement_error(tmp_path: Path) -> None:
     _plant_bad_traces(profiles, outside)
     directory = ConfinedPath(profiles)
     with pytest.raises(MeasurementError) as failed:
-        summarize_traces(trace_files(directory, since=0), directory, tmp_path / "out", max_trace_bytes=HUGE)
+        summarize_traces(trace_files(directory, since=0), directory, tmp_path / "out",
+                         budget=TraceBudget.of(max_bytes=HUGE))
     assert "could be read" in failed.value.problem
 
 

@@ -1,4 +1,4 @@
-"""`npuops profile`'s summary of a Chrome trace (npuops/support/profile.py, pure) and its refusal of an instance
+"""`npuops profile`'s summary of a Chrome trace (npuops/support/trace_summary.py, pure) and its refusal of an instance
 launched without the profiler; the real profile of a running CPU engine is tests/engine/test_profile.py."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import pytest
 
 from npuops.instance.record import write_record
 from npuops.safefiles import ConfinedPath
-from npuops.support.profile import operator_class, read_trace_events, summarize_trace, trace_files
+from npuops.support.profile import summarize_file, trace_files
+from npuops.support.trace_stream import TraceBudget
+from npuops.support.trace_summary import OperatorEvents, operator_class, summarize_trace
 from tests.support.instance_records import make_record
 from tests.support.npuops_cli import npuops_argv
 
@@ -57,7 +59,10 @@ def test_traces_are_found_and_read_gzip_or_not(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a trace")
     found = trace_files(ConfinedPath(tmp_path), since=0)
     assert [str(f.relative) for f in found] == ["frontend.pt.trace.json", "w/rank0.123.pt.trace.json.gz"]
-    assert all(read_trace_events(ConfinedPath(tmp_path) / f.relative)[0]["name"] == "aten::mm" for f in found)
+    for trace in found:
+        events = OperatorEvents()
+        summarize_file(ConfinedPath(tmp_path) / trace.relative, events, TraceBudget.of())
+        assert [o.name for o in events.summary().operators] == ["aten::mm"]
     assert trace_files(ConfinedPath(tmp_path / "absent"), 0) == [] and trace_files(ConfinedPath(tmp_path), 2e9) == []
 
 

@@ -1,9 +1,11 @@
 """The redactor against the secret corpus (tests/fixtures/secrets/), the repo's real captures, hostile values and
-adversarial input (npuops/support/redact.py, secret_shapes.py, secret_names.py; issue 45 finding 1).
+adversarial input (npuops/support/redact.py, secret_shapes.py, secret_markup.py, secret_mask.py, secret_names.py;
+issue 45 finding 1).
 
 - every positive sample's secrets are gone after redaction, and redacting again changes nothing;
 - every negative sample, and every real capture under tests/fixtures/ (vLLM, CANN, npu-smi, systemd), comes out
-  unchanged;
+  unchanged, and what stands around a masked value stays (the rest of a connection string, a list's shape, a
+  shell variable that only says where the secret is);
 - a learned value is gone in each form a file may hold it in (raw, JSON-escaped 1-6 times, URL-encoded,
   shell-quoted, env-file and unit quoted, repr), whatever its characters;
 - an env file's secret-named values are all learned whatever junk lines surround them;
@@ -18,8 +20,11 @@ import shlex
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+from xml.sax.saxutils import quoteattr
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -191,7 +196,21 @@ SHAPE_VALUE = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "
 
 def _shaped(value: str) -> list[str]:
     """An unknown value where its shape gives it away, written by each format's own writer."""
+    quoted = urllib.parse.quote(value, safe="")
     return [
+        f"args: Namespace(port=8000, api_key=[{value!r}, {value!r}], hf_token=None)",
+        f"os.environ[{'HF_TOKEN'!r}] = {value!r}",
+        f"<settings><password>{xml_escape(value)}</password></settings>",
+        f"<add key=\"ApiKey\" value={quoteattr(value)}/>",
+        "GET /login?next=" + urllib.parse.quote(f"https://h/cb?client_id=x&client_secret={quoted}&s=1", safe=""),
+        f"GET https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig={quoted}&sp=r",
+        f"api_key\u00a0=\u00a0{shlex.quote(value)}",
+        f"API_KEY\uff1a{yaml_scalar(value)}",
+        yaml.safe_dump({"model": "/models/m", "api-key": [value, value], "port": 8000}, allow_unicode=True),
+        yaml.safe_dump({"api-key": [value]}, default_flow_style=True, allow_unicode=True),
+        yaml.safe_dump({"password": f"{value} {value} {value}", "port": 8000}, allow_unicode=True, width=20),
+        f"docker login -u deploy -p {shlex.quote(value)} registry.example.com",
+        f"echo {shlex.quote(value)} | docker login -u deploy --password-stdin registry.example.com",
         f"HF_TOKEN={env_quote(value)}",
         repr({"Authorization": "Bearer " + value, "Accept": "*/*"}),
         json.dumps({"api_key": value, "n": 1}),
@@ -206,12 +225,52 @@ def _shaped(value: str) -> list[str]:
 
 
 @FAST
-@given(value=SHAPE_VALUE, index=st.integers(min_value=0, max_value=9))
+@given(value=SHAPE_VALUE, index=st.integers(min_value=0, max_value=22))
 def test_an_unknown_value_is_gone_where_its_shape_gives_it_away(value: str, index: int) -> None:
     text = _shaped(value)[index]
     assume(value not in text.replace(value, MARK) and value not in MARK)
+    # A shell variable as the whole value says where the secret is (tests/fixtures/secrets/negative/).
+    assume(not re.fullmatch(r"\$(?:[A-Z_][A-Z0-9_]*|\{[A-Za-z_][A-Za-z0-9_.]*\})", value))
     out = Redactor().text(text)
     assert value not in out and urllib.parse.quote(value, safe="") not in out, (text, out)
+
+
+# What stays around a masked value: the words after it, the list's shape, a variable that only says where the
+# secret is (each fixed after it was masked with its neighbours or not masked at all).
+AROUND = [
+    ("password=hunter2x;user=bob", "password=[REDACTED];user=bob"),
+    ("Uid=bob;Pwd=hunter2x;Encrypt=yes", "Uid=bob;Pwd=[REDACTED];Encrypt=yes"),
+    ("vllm serve m --api-key ${VLLM_API_KEY} --port 8000", "vllm serve m --api-key ${VLLM_API_KEY} --port 8000"),
+    ("args: Namespace(api_key=['k1abc123', 'k2abc456'], port=8000)",
+     "args: Namespace(api_key=['[REDACTED]', '[REDACTED]'], port=8000)"),
+    ("args: Namespace(api_key=None, hf_token=True, port=8000)",
+     "args: Namespace(api_key=None, hf_token=True, port=8000)"),
+    ("HF_TOKEN=None x1234567", "HF_TOKEN=[REDACTED]"),
+    ("the password is hunter2x.", "the password is [REDACTED]."),
+    ('<add key="ApiKey" value="x123abc"/><add key="Mode" value="fast"/>',
+     '<add key="ApiKey" value="[REDACTED]"/><add key="Mode" value="fast"/>'),
+    ("<token>\n  x123abc\n</token>", "<token>\n  [REDACTED]\n</token>"),
+    ("https://a.blob.core.windows.net/c/b?sv=2022&sig=x1%2B2&sp=r",
+     "https://a.blob.core.windows.net/c/b?sv=2022&sig=[REDACTED]&sp=r"),
+    ("u=https%3A%2F%2Fh%3Fclient_secret%3Dx1%252B2%26state%3Dz",
+     "u=https%3A%2F%2Fh%3Fclient_secret%3D[REDACTED]%26state%3Dz"),
+    ("docker login -u deploy -p pw123abc registry.example.com",
+     "docker login -u deploy -p [REDACTED] registry.example.com"),
+    ("echo 'pw123abc' | docker login --password-stdin registry.example.com",
+     "echo '[REDACTED]' | docker login --password-stdin registry.example.com"),
+    ("api-key:\n- k1abc123\n- 'k2abc456'\nport: 8000", "api-key:\n- [REDACTED]\n- '[REDACTED]'\nport: 8000"),
+    ("password =\n    hunter2x\nhost = db", "password =\n    [REDACTED]\nhost = db"),
+    ("ENV DB_PASSWORD two words1  ", "ENV DB_PASSWORD [REDACTED]  "),
+    # A quoted part and an unquoted one glued into one shell word: both parts are the secret.
+    ('x HF_TOKEN="ab12345"cd6789 y', "x HF_TOKEN=[REDACTED] y"),
+    # YAML's single-quoted escape: two quotes are one, not the end of the value.
+    ("password: 'it''s1234abc'", "password: '[REDACTED]'"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), AROUND, ids=[t for t, _ in AROUND])
+def test_what_stays_around_a_masked_value(text: str, expected: str) -> None:
+    assert Redactor().text(text) == expected
 
 
 # --- learning from env files ------------------------------------------------------------------------------------
@@ -255,12 +314,12 @@ def test_what_the_names_mark_secret() -> None:
     secret = ["HF_TOKEN", "VLLM_API_KEY", "AWS_SECRET_ACCESS_KEY", "OBS_SK", "SMTP_PASS", "MYSQL_PWD", "X_APIKEY",
               "APP_SECRET_KEY", "DATABASE_URL", "PGPASSWORD", "hf-token", "api_key", "password", "secret", "token",
               "auth", "Authorization", "Set-Cookie", "x-api-key", "hfToken", "clientSecret", "redis-password",
-              "spring.datasource.password", "id_token", "SENTRY_DSN", "OPENAI_API_KEY_US"]
+              "spring.datasource.password", "id_token", "SENTRY_DSN", "OPENAI_API_KEY_US", "src-creds", "creds"]
     not_secret = ["MAX_NUM_BATCHED_TOKENS", "max_tokens", "num_tokens", "tokenizer", "token_ids", "KEY_PATH",
                   "API_KEY_FILE", "HCCL_BUFFSIZE", "KEYBOARD", "PWD", "key", "RAY_AUTH_MODE", "bos_token",
                   "num_key_value_heads", "kv_cache_bytes_per_token", "AWS_ACCESS_KEY_ID", "TOKENIZERS_PARALLELISM",
                   "HF_HUB_DISABLE_IMPLICIT_TOKEN", "max-num-batched-tokens", "kv-cache-dtype", "ssl-keyfile",
-                  "moe_prefill_token_us"]
+                  "moe_prefill_token_us", "password-stdin"]
     assert [n for n in secret if not is_secret_name(n)] == []
     assert [n for n in not_secret if is_secret_name(n)] == []
     assert sorted(secret_values({"OBS_SK": "abc", "PATH": "/usr/bin", "DB": "mysql://u:pw1@h/x"})) == ["abc", "pw1"]
@@ -273,6 +332,16 @@ def test_json_is_walked_for_keys_pairs_flags_and_nested_json() -> None:
             "list": [{"name": "DB_PASS", "value": "t6"}], "cfg": json.dumps({"api_key": "t7"}),
             "url": "https://u:t8@h/x", "api_key": True, "api_key_file": "/etc/k"}
     assert sorted(secrets_in_json(data)) == ["t1", "t2", "t3", "t4", "t5 x", "t6", "t7", "t8"]
+
+
+def test_a_shell_variable_on_a_command_line_is_not_learned_but_an_env_files_literal_value_is() -> None:
+    # The command line's variable is where the secret is put (its value is learned where it is set); in an env
+    # file or a record's value npuops cannot tell a literal `$ABC...` secret from a variable, and learns it.
+    assert secrets_in_json({"argv": ["vllm", "serve", "--api-key", "${VLLM_API_KEY}", "--hf-token=$HF_TOKEN"],
+                            "cmd": 'vllm serve --api-key "$VLLM_API_KEY"'}) == []
+    assert secrets_in_env_text("VLLM_ARGS=--api-key ${VLLM_API_KEY}\n") == []
+    assert secrets_in_env_text("HF_TOKEN=$HF_TOKEN\n") == ["$HF_TOKEN"]
+    assert secrets_in_json({"env": {"HF_TOKEN": "${HF_TOKEN}"}}) == ["${HF_TOKEN}"]
 
 
 # --- hostile input, streams, adversarial input -------------------------------------------------------------------
@@ -310,7 +379,13 @@ ADVERSARIAL = {"a": "a", "=": "=", ":": ":", "backslash": "\\", "quote": '"', "a
                "a: ": "a: ", "X_TOKEN": "X_TOKEN", "token=": "token=", "://": "://", "--api-key ": "--api-key ",
                "\\\"": '\\"', "-----BEGIN": "-----BEGIN PRIVATE KEY-----", "-----END": "-----END PRIVATE KEY-----",
                "eyJ": "eyJ", "mysql ": "mysql ", "-u a:": "-u a:", "bearer ": "bearer ", "sk-": "sk-",
-               "newline": "a=\n", "xab3": "xab3", "api_key list": "'api_key': ['x', "}
+               "newline": "a=\n", "xab3": "xab3", "api_key list": "'api_key': ['x', ", "api_key=[": "api_key=[x, ",
+               "<password>": "<password>", "<a ": "<a ", "CDATA": "<token><![CDATA[", "%3Ftoken%3D": "%3Ftoken%3D",
+               "%3Fa%3D": "%3Fa%3D", "&sig=": "&sig=", "is 1234567": "password is 1234567 ", " is ": " is ",
+               "password:\\n": "password:\n", "- item": "password:\n  - x1234567\n", "login -p": "login -p ",
+               "${X}": "--api-key ${X} ", "call pair": "('token', '", "setx": "setx HF_TOKEN ",
+               "NAME\\n=": "PASSWORD\n=", "nbsp": "api_key\u00a0", "full-width": "token\uff1a",
+               "password=x;": "password=x;"}
 
 
 @pytest.mark.timeout(600)  # a guard against a hang, not a measure: linear patterns take a second or so

@@ -114,7 +114,8 @@ def test_a_walk_takes_regular_files_and_names_everything_else(tmp_path: Path) ->
 
 @pytest.mark.parametrize(("text", "ok"), [("/var/log/vllm-ascend", True), ("relative/logs", False),
                                           ("/var/log/../../etc", False), ("/", False), ("/proc/self", False),
-                                          ("/sys/kernel", False), ("/dev/shm/x", False), ("/process/x", True)])
+                                          ("/sys/kernel", False), ("/dev/shm/x", False), ("/process/x", True),
+                                          ("/var/log/a\0b", False)])
 def test_a_path_a_file_names_is_checked_before_it_is_read(text: str, ok: bool) -> None:
     if ok:
         assert untrusted_absolute(text) == PurePosixPath(text)

