@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import signal
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-
-from npuops.errors import BadInputError
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
@@ -89,19 +86,3 @@ def _write_temporary(path: Path, text: str, mode: int) -> str:
             os.unlink(tmp)
         raise
     return tmp
-
-
-@contextlib.contextmanager
-def exclusive_lock(path: Path, busy: str, fix: str) -> Iterator[None]:
-    """An exclusive, non-blocking lock on `path` (created if missing) for the block; BadInputError(`busy`, `fix`)
-    when another process holds it. The lock goes with the process, even when it is killed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise BadInputError(busy, fix) from None
-        yield
-    finally:
-        os.close(fd)

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
+
+# A host name as RFC 1123 allows it (labels of letters, digits and inner dashes): what --host, a scrape target or
+# a bind may name when it is not an IP address.
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+
+
+def is_host_name(text: str) -> bool:
+    return HOST_NAME.fullmatch(text) is not None
 
 
 def client_host(host: str) -> str:

@@ -53,6 +53,8 @@ NPU_GROUP = "HwHiAiUser"
 RECORD_FILE = "instance.json"
 STATUS_FILE = "supervisor.json"
 ENGINE_LOG_FILE = "engine.log"
+# vLLM's profiler traces (`launch --profiling`), in the status directory where the unit may write.
+PROFILES_DIR = "profiles"
 # An instance's revisions (npuops.instance.revisions): the history, each revision's files, a rollout in progress,
 # and the mark of a replica a rollout holds out of its router.
 REVISIONS_FILE = "revisions.json"

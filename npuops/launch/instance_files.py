@@ -20,6 +20,7 @@ from npuops.instance.record import (
     FILE_MODES,
     MANAGER_FOREGROUND,
     MANAGER_SYSTEMD,
+    PROFILES_DIR,
     RECORD_FILE,
     ROLE_ENGINE,
     ROLE_REPLICAS,
@@ -228,7 +229,6 @@ def _status_dir(spec: LaunchSpec, name: str) -> Path:
     return service_status_dir(spec.service_data_root, name)  # what a record read is held to (record.py)
 
 
-PROFILES_DIR = "profiles"
 
 
 def _profiler_config(spec: LaunchSpec, name: str) -> dict[str, Any] | None:

@@ -4,7 +4,6 @@ the CANN environment the env file carries, the API key, the notes worth printing
 from __future__ import annotations
 
 import ipaddress
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -14,6 +13,7 @@ from typing import Any
 from npuops.errors import BadInputError
 from npuops.hardware.node import read_cann
 from npuops.hardware.probe import Probe
+from npuops.httpclient import is_host_name
 from npuops.inputfiles import read_api_key_file
 from npuops.instance.record import MANAGER_FOREGROUND, MANAGER_SYSTEMD, validate_instance_name
 from npuops.launch.ascend_env import capture_set_env
@@ -103,11 +103,6 @@ class PreparedLaunch:
     spec: LaunchSpec
 
 
-# A host name as RFC 1123 allows it (labels of letters, digits and inner dashes); anything else must be an address.
-_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOST_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
-
-
 def check_bind_address(host: str) -> str:
     """--host: an IPv4 or IPv6 address, or a host name; nothing else reaches vllm.yaml or a router's command."""
     try:
@@ -115,7 +110,7 @@ def check_bind_address(host: str) -> str:
         return host
     except ValueError:
         pass
-    if not _HOST_NAME.fullmatch(host):
+    if not is_host_name(host):
         raise BadInputError(f"--host {host!r} is neither an IP address nor a host name",
                             "give an address of this node, e.g. 127.0.0.1 (the default) or 0.0.0.0 for every "
                             "interface")

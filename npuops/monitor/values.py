@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 
 from npuops.errors import BadInputError
+from npuops.httpclient import is_host_name
 from npuops.instance.record import PD_ROLES, InstanceRecord, validate_instance_name
 
 # Prometheus' label names (its data model); npuops' own are constants, and the tests hold every rendered one to it.
@@ -22,9 +23,6 @@ LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 MAX_LABEL_VALUE = 1024
 # Binds a server listens on every interface with: a client reaches them at the host's address.
 WILDCARD_BINDS = ("0.0.0.0", "", "*", "::")  # noqa: S104 - binds, read from records
-# A DNS name as RFC 1123 allows it (labels of letters, digits and inner dashes): what a scrape target may name.
-_DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_DNS_NAME = re.compile(rf"(?=.{{1,253}}\Z){_DNS_LABEL}(\.{_DNS_LABEL})*")
 _PORTS = (1, 65535)
 
 
@@ -53,7 +51,7 @@ def host_problem(host: object, what: str) -> str | None:
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        if _DNS_NAME.fullmatch(host):
+        if is_host_name(host):
             return None
         return f"{what} {quoted(host)} is neither an IP address nor a DNS name"
     return f"{what} {quoted(host)} carries an IPv6 zone" if "%" in host else None

@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 from npuops.instance.record import (
     ENGINE_LOG_FILE,
     MANAGER_FOREGROUND,
+    PROFILES_DIR,
     ROLE_RAY_WORKER,
     ROLE_REPLICAS,
     ROLE_ROUTER,
@@ -26,10 +27,6 @@ from npuops.instance.record import (
 )
 from npuops.safefiles import ConfinedPath
 from npuops.settings import Settings
-
-# launch's PROFILES_DIR (npuops/launch/instance_files.py: support may not import launch's layer; a test holds the
-# two equal): vLLM's profiler writes its traces there, in the status directory.
-PROFILES_DIR = "profiles"
 
 
 @dataclass(frozen=True)
